@@ -1,0 +1,5 @@
+module github.com/kargo-latch/kargo-latch
+
+go 1.26.0
+
+require github.com/google/go-cmp v0.7.0

@@ -1,0 +1,44 @@
+package latch
+
+import "time"
+
+// ActionKind names something a transition asks the operator to do or report.
+type ActionKind string
+
+// The actions Step returns. The controller turns them into Events, metrics
+// and, later, pauses.
+const (
+	// ActionCycleStarted: a new successful promotion began a cycle.
+	ActionCycleStarted ActionKind = "CycleStarted"
+	// ActionLatched: the Stage became Healthy after its promotion.
+	ActionLatched ActionKind = "Latched"
+	// ActionDegraded: a latched Stage turned Unhealthy or Unknown.
+	ActionDegraded ActionKind = "Degraded"
+	// ActionRecovered: a degraded Stage is Healthy again within its grace.
+	ActionRecovered ActionKind = "Recovered"
+	// ActionFailed: the cycle failed; Reason says why.
+	ActionFailed ActionKind = "Failed"
+	// ActionProgressingIgnored: a latched Stage turned Progressing and the
+	// latch held.
+	ActionProgressingIgnored ActionKind = "ProgressingIgnored"
+)
+
+// Action is one consequence of a Step.
+type Action struct {
+	Kind    ActionKind
+	Reason  FailureReason // for ActionFailed
+	Message string
+	// TimeToLatch is set on ActionLatched for a cycle the operator watched
+	// from its start: the time from the promotion's finish to the latch.
+	TimeToLatch time.Duration
+}
+
+// Result is the outcome of one Step.
+type Result struct {
+	Record  Record
+	Actions []Action
+	// RequeueAfter is positive exactly when a time-based transition (the
+	// latch deadline or the degraded grace) is pending, and says when it is
+	// due. Zero means nothing will happen without a new observation.
+	RequeueAfter time.Duration
+}

@@ -1,0 +1,134 @@
+package latch
+
+import (
+	"fmt"
+	"testing"
+	"time"
+)
+
+// observationsFrom turns fuzz bytes into settings and a sequence of timed
+// observations over a small alphabet of promotions, health, freight and
+// verifications, so that the fuzzer reaches every phase quickly.
+func observationsFrom(data []byte) (Settings, []Observation, []time.Duration) {
+	next := func() byte {
+		if len(data) == 0 {
+			return 0
+		}
+		b := data[0]
+		data = data[1:]
+		return b
+	}
+	s := Settings{LatchDeadline: time.Duration(next()%4) * time.Minute, DegradedGrace: time.Duration(next()%4) * time.Minute}
+	phases := []PromotionPhase{PromotionSucceeded, PromotionFailed, PromotionErrored, PromotionAborted, "Running", "Bogus"}
+	healths := []Health{HealthMissing, HealthHealthy, HealthNotApplicable, HealthProgressing, HealthUnknown, HealthUnhealthy}
+	verifications := []VerificationPhase{VerificationSuccessful, VerificationFailed, VerificationError, VerificationPending, VerificationRunning, "Inconclusive"}
+	var obs []Observation
+	var steps []time.Duration
+	for len(data) > 0 && len(obs) < 64 {
+		p, h, f, v, dt := next(), next(), next(), next(), next()
+		o := Observation{Health: healths[int(h)%len(healths)], PromotionRunning: f&0x80 != 0}
+		if p%7 != 0 {
+			finished := time.Duration(p%5) * time.Minute
+			o.LastPromotion = &Promotion{Name: fmt.Sprintf("p%d", p%7), Phase: phases[int(p/7)%len(phases)], Freight: "f"}
+			if p&0x80 == 0 {
+				o.LastPromotion.FinishedAt = ptr(finished)
+			}
+		}
+		if f%5 != 0 {
+			o.FreightID, o.Freight = fmt.Sprintf("F%d", f%5), fmt.Sprintf("f%d", f%5)
+		}
+		if v%4 != 0 {
+			msg := ""
+			if v&0x40 != 0 {
+				msg = UserAbortMessage
+			}
+			o.Verification = &Verification{ID: fmt.Sprintf("v%d", v%4), Phase: verifications[int(v/4)%len(verifications)], Message: msg}
+		}
+		if len(obs) > 0 {
+			o.PreviousHealth = obs[len(obs)-1].Health
+		}
+		obs = append(obs, o)
+		steps = append(steps, time.Duration(dt)*7*time.Second)
+	}
+	return s, obs, steps
+}
+
+func FuzzStep(f *testing.F) {
+	f.Add([]byte{1, 1, 1, 1, 1, 0, 0})
+	f.Add([]byte{2, 2, 1, 3, 1, 0, 9, 1, 2, 1, 0, 30, 1, 5, 1, 0, 40, 1, 1, 1, 0, 200})
+	f.Add([]byte{1, 0, 1, 4, 1, 1, 50, 8, 4, 2, 0, 2, 15, 0, 3, 5, 255})
+	f.Fuzz(func(t *testing.T, data []byte) {
+		s, obs, steps := observationsFrom(data)
+		var rec Record
+		now := t0
+		for i, o := range obs {
+			now = now.Add(steps[i])
+			res := Step(s, rec, o, now)
+			checkInvariants(t, s, rec, o, now, res)
+			rec = res.Record
+		}
+	})
+}
+
+func checkInvariants(t *testing.T, s Settings, prior Record, o Observation, now time.Time, res Result) {
+	t.Helper()
+	r := res.Record
+	if r.Phase == PhaseFailed && (r.Failure == nil || r.Failure.Reason == "") {
+		t.Fatalf("Failed without a reason: %+v", r)
+	}
+	for _, a := range res.Actions {
+		if a.Kind == ActionFailed && a.Reason == "" {
+			t.Fatalf("ActionFailed without a reason: %+v", a)
+		}
+	}
+
+	// The record survives its own encoding.
+	decoded, err := Decode(r.Encode())
+	if err != nil {
+		t.Fatalf("record does not decode: %v\n%s", err, r.Encode())
+	}
+	if enc := r.Encode(); decoded.Encode() != enc {
+		t.Fatalf("record changed through encoding:\nbefore %s\nafter  %s", enc, decoded.Encode())
+	}
+
+	// After the latch, Progressing never changes the phase: the same step
+	// with Healthy instead of Progressing ends in the same phase, unless the
+	// observation began a new cycle (which may latch at once when Healthy).
+	if prior.Phase == PhaseLatched && o.Health == HealthProgressing && !hasAction(res, ActionCycleStarted) {
+		healthy := o
+		healthy.Health = HealthHealthy
+		if got := Step(s, prior, healthy, now).Record.Phase; got != r.Phase {
+			t.Fatalf("Latched: Progressing gave %s but Healthy gave %s", r.Phase, got)
+		}
+	}
+
+	// RequeueAfter is positive exactly when a time-based transition is
+	// pending: nothing changes just before it, and the cycle fails at it.
+	// With no requeue, nothing changes however long the same view lasts.
+	again := o
+	again.PreviousHealth = o.Health
+	switch {
+	case res.RequeueAfter < 0:
+		t.Fatalf("negative RequeueAfter %v", res.RequeueAfter)
+	case res.RequeueAfter > 0:
+		if before := Step(s, r, again, now.Add(res.RequeueAfter-time.Nanosecond)); before.Record.Phase != r.Phase {
+			t.Fatalf("phase changed from %s to %s before the requeue was due", r.Phase, before.Record.Phase)
+		}
+		if due := Step(s, r, again, now.Add(res.RequeueAfter)); due.Record.Phase != PhaseFailed {
+			t.Fatalf("requeue of %v was due but the phase is %s, want Failed", res.RequeueAfter, due.Record.Phase)
+		}
+	default:
+		if later := Step(s, r, again, now.Add(1000*time.Hour)); later.Record.Phase != r.Phase {
+			t.Fatalf("no requeue, yet the phase moved from %s to %s with time alone", r.Phase, later.Record.Phase)
+		}
+	}
+}
+
+func hasAction(res Result, kind ActionKind) bool {
+	for _, a := range res.Actions {
+		if a.Kind == kind {
+			return true
+		}
+	}
+	return false
+}

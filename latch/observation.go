@@ -1,0 +1,107 @@
+package latch
+
+import "time"
+
+// Health is a Stage's health as Kargo reports it in status.health.status.
+type Health string
+
+// The health values Kargo writes. HealthMissing stands for a Stage whose
+// status.health is absent, which Kargo does right after a promotion.
+const (
+	HealthMissing       Health = ""
+	HealthHealthy       Health = "Healthy"
+	HealthNotApplicable Health = "NotApplicable"
+	HealthProgressing   Health = "Progressing"
+	HealthUnknown       Health = "Unknown"
+	HealthUnhealthy     Health = "Unhealthy"
+)
+
+// keepsLatch reports whether a latched Stage in this health stays Latched.
+// Progressing is the flap the latch exists to ignore.
+func (h Health) keepsLatch() bool {
+	return h == HealthHealthy || h == HealthNotApplicable || h == HealthProgressing
+}
+
+// PromotionPhase is the phase of a Kargo Promotion.
+type PromotionPhase string
+
+// Terminal Promotion phases as Kargo records them in status.lastPromotion.
+const (
+	PromotionSucceeded PromotionPhase = "Succeeded"
+	PromotionFailed    PromotionPhase = "Failed"
+	PromotionErrored   PromotionPhase = "Errored"
+	PromotionAborted   PromotionPhase = "Aborted"
+)
+
+// Promotion is what the machine needs of status.lastPromotion.
+type Promotion struct {
+	Name       string
+	Phase      PromotionPhase
+	FinishedAt *time.Time
+	Freight    string
+}
+
+// VerificationPhase is the phase of a Kargo VerificationInfo.
+type VerificationPhase string
+
+// The verification phases kargo-latch acts on or writes. Kargo also has
+// Pending, Running, Aborted and Inconclusive; of these only Pending and
+// Running are not terminal.
+const (
+	VerificationSuccessful VerificationPhase = "Successful"
+	VerificationFailed     VerificationPhase = "Failed"
+	VerificationError      VerificationPhase = "Error"
+	VerificationPending    VerificationPhase = "Pending"
+	VerificationRunning    VerificationPhase = "Running"
+)
+
+// UserAbortMessage is how Kargo records a person aborting a verification: as
+// phase Failed with this message. It is not a failure of the Stage.
+const UserAbortMessage = "Verification aborted by user"
+
+// Verification is freightHistory[0].verificationHistory[0].
+type Verification struct {
+	ID      string
+	Phase   VerificationPhase
+	Message string
+}
+
+func (v *Verification) terminal() bool {
+	return v != nil && v.ID != "" && v.Phase != "" &&
+		v.Phase != VerificationPending && v.Phase != VerificationRunning
+}
+
+// Observation is one look at a Stage's status.
+type Observation struct {
+	// LastPromotion is status.lastPromotion, nil when the Stage has none.
+	LastPromotion *Promotion
+	// PromotionRunning is true while status.currentPromotion is set.
+	PromotionRunning bool
+	// Health is status.health.status. Strings Kargo does not define must be
+	// mapped to HealthUnknown by the caller.
+	Health Health
+	// PreviousHealth is the health the caller saw on its previous look at
+	// this Stage, if it remembers one. It only serves to count Progressing
+	// flaps once each; it is never persisted, so flaps cause no writes.
+	PreviousHealth Health
+	// FreightID is status.freightHistory[0].id, the current Freight
+	// collection; Freight names the Freight in it.
+	FreightID string
+	Freight   string
+	// Verification is the newest verification of the current Freight.
+	Verification *Verification
+}
+
+// Settings are the per-Stage settings (annotations, else operator flags).
+type Settings struct {
+	// LatchDeadline is the time allowed from a promotion to the first
+	// Healthy. Zero disables the deadline.
+	LatchDeadline time.Duration
+	// DegradedGrace is how long a latched Stage may be Unhealthy or Unknown
+	// before that is a failure.
+	DegradedGrace time.Duration
+	// PauseOnFailure makes a failure pause the Stage.
+	PauseOnFailure bool
+	// DrainOnPause aborts queued auto-promotions when the Stage is paused.
+	DrainOnPause bool
+}

@@ -1,0 +1,166 @@
+package latch
+
+import (
+	"encoding/json"
+	"fmt"
+	"slices"
+	"time"
+)
+
+// Phase is where a Stage is in its latch cycle. The pause is not a phase: a
+// Stage can be Latched and paused.
+type Phase string
+
+// The phases of the contract.
+const (
+	PhaseIdle     Phase = "Idle"
+	PhasePromoted Phase = "Promoted"
+	PhaseLatched  Phase = "Latched"
+	PhaseDegraded Phase = "Degraded"
+	PhaseFailed   Phase = "Failed"
+)
+
+// Phases lists every phase, in cycle order, for one-hot metrics and tables.
+var Phases = []Phase{PhaseIdle, PhasePromoted, PhaseLatched, PhaseDegraded, PhaseFailed}
+
+// FailureReason says why a cycle failed. It becomes a StagePause's reason.
+type FailureReason string
+
+// The failure reasons of the contract.
+const (
+	ReasonPromotionFailed       FailureReason = "PromotionFailed"
+	ReasonPromotionErrored      FailureReason = "PromotionErrored"
+	ReasonVerificationFailed    FailureReason = "VerificationFailed"
+	ReasonVerificationError     FailureReason = "VerificationError"
+	ReasonDegraded              FailureReason = "Degraded"
+	ReasonLatchDeadlineExceeded FailureReason = "LatchDeadlineExceeded"
+)
+
+// HistoryLimit is how many verification records a Record keeps, like Kargo's
+// own verificationHistory.
+const HistoryLimit = 10
+
+// Actor is the actor kargo-latch writes into its verification records.
+const Actor = "kargo-latch"
+
+// Record is the durable latch record, stored as JSON in the Stage annotation
+// kargo-latch.io/state. A restarted operator resumes from it alone.
+type Record struct {
+	// Promotion and Freight name the promotion whose cycle this is. Promotion
+	// is empty when the cycle began with a Freight change whose promotion
+	// Kargo did not report as lastPromotion (its replay-order quirk).
+	Promotion string `json:"promotion,omitempty"`
+	Freight   string `json:"freight,omitempty"`
+	// FreightID is the freightHistory[0].id the cycle belongs to.
+	FreightID string `json:"freightID,omitempty"`
+	Phase     Phase  `json:"phase"`
+
+	PromotedAt *time.Time `json:"promotedAt,omitempty"`
+	// AdoptedAt is set when the operator first saw this cycle after it had
+	// begun (a first install, or a lost record). Deadlines then count from
+	// here, so that nothing fails for time the operator did not watch.
+	AdoptedAt     *time.Time `json:"adoptedAt,omitempty"`
+	LatchedAt     *time.Time `json:"latchedAt,omitempty"`
+	DegradedSince *time.Time `json:"degradedSince,omitempty"`
+	Failure       *Failure   `json:"failure,omitempty"`
+
+	// Pauses names the StagePauses that cover the Stage now.
+	Pauses []string `json:"pauses,omitempty"`
+
+	// ExaminedPromotion is the last lastPromotion name judged, and
+	// ExaminedVerification the last terminal verification ID judged, so that
+	// nothing is judged twice.
+	ExaminedPromotion    string `json:"examinedPromotion,omitempty"`
+	ExaminedVerification string `json:"examinedVerification,omitempty"`
+
+	// Verification is the newest record of this cycle; History holds the
+	// newest HistoryLimit records of all cycles, newest first.
+	Verification *VerificationRecord  `json:"verification,omitempty"`
+	History      []VerificationRecord `json:"history,omitempty"`
+}
+
+// Failure is why, and when, a cycle failed.
+type Failure struct {
+	Reason  FailureReason `json:"reason"`
+	Message string        `json:"message,omitempty"`
+	At      time.Time     `json:"at"`
+	// Pause names the StagePause this failure created, if any.
+	Pause string `json:"pause,omitempty"`
+}
+
+// VerificationRecord mirrors Kargo's VerificationInfo for kargo-latch's own
+// judgement of a cycle.
+type VerificationRecord struct {
+	ID         string            `json:"id"`
+	Actor      string            `json:"actor"`
+	StartTime  time.Time         `json:"startTime"`
+	FinishTime time.Time         `json:"finishTime"`
+	Phase      VerificationPhase `json:"phase"`
+	Message    string            `json:"message,omitempty"`
+}
+
+// IsZero reports whether r is "no record".
+func (r Record) IsZero() bool { return r.Phase == "" }
+
+// Encode returns the annotation value for r. The encoding is canonical, so
+// comparing encodings tells whether anything changed.
+func (r Record) Encode() string {
+	b, err := json.Marshal(r)
+	if err != nil {
+		// Only strings, times and slices of them: this cannot fail.
+		panic(fmt.Sprintf("latch: encoding record: %v", err))
+	}
+	return string(b)
+}
+
+// Decode parses an annotation value. An empty value is the zero Record. Any
+// value that is not a well-formed record is an error; callers treat it as no
+// record and start over from the Stage's status.
+func Decode(value string) (Record, error) {
+	var r Record
+	if value == "" {
+		return r, nil
+	}
+	if err := json.Unmarshal([]byte(value), &r); err != nil {
+		return Record{}, fmt.Errorf("state is not a latch record: %w", err)
+	}
+	if err := r.validate(); err != nil {
+		return Record{}, err
+	}
+	return r, nil
+}
+
+func (r *Record) validate() error {
+	if !slices.Contains(Phases, r.Phase) {
+		return fmt.Errorf("state has unknown phase %q", r.Phase)
+	}
+	if (r.Phase == PhaseFailed) != (r.Failure != nil) {
+		return fmt.Errorf("state phase %s does not match its failure", r.Phase)
+	}
+	if r.Phase == PhaseDegraded && r.DegradedSince == nil {
+		return fmt.Errorf("state is Degraded without degradedSince")
+	}
+	if (r.Phase == PhasePromoted || r.Phase == PhaseLatched || r.Phase == PhaseDegraded) && r.PromotedAt == nil {
+		return fmt.Errorf("state phase %s has no promotedAt", r.Phase)
+	}
+	if len(r.History) > HistoryLimit {
+		return fmt.Errorf("state history has %d records, more than %d", len(r.History), HistoryLimit)
+	}
+	return nil
+}
+
+// clone returns a copy of r that shares no memory with it.
+func (r *Record) clone() Record {
+	c := *r
+	c.Pauses = slices.Clone(r.Pauses)
+	c.History = slices.Clone(r.History)
+	if r.Verification != nil {
+		v := *r.Verification
+		c.Verification = &v
+	}
+	if r.Failure != nil {
+		f := *r.Failure
+		c.Failure = &f
+	}
+	return c
+}

@@ -1,0 +1,88 @@
+package latch
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+)
+
+func TestDecodeRoundTrip(t *testing.T) {
+	for name, r := range map[string]Record{
+		"idle":     {Phase: PhaseIdle},
+		"latched":  latched(),
+		"degraded": degraded(minutes(3)),
+		"failed":   failedAt(latched(), minutes(9), ReasonDegraded, "gone"),
+	} {
+		t.Run(name, func(t *testing.T) {
+			got, err := Decode(r.Encode())
+			if err != nil {
+				t.Fatalf("Decode(Encode()) error: %v", err)
+			}
+			if diff := cmp.Diff(r, got); diff != "" {
+				t.Errorf("round trip mismatch (-want +got):\n%s", diff)
+			}
+		})
+	}
+}
+
+func TestDecodeEmptyIsNoRecord(t *testing.T) {
+	r, err := Decode("")
+	if err != nil || !r.IsZero() {
+		t.Errorf(`Decode("") = %+v, %v; want the zero record and no error`, r, err)
+	}
+}
+
+func TestDecodeRejectsGarbage(t *testing.T) {
+	history := make([]string, HistoryLimit+1)
+	for i := range history {
+		history[i] = `{"id":"x","actor":"a","startTime":"2026-01-01T00:00:00Z","finishTime":"2026-01-01T00:00:00Z","phase":"Successful"}`
+	}
+	for name, value := range map[string]string{
+		"not JSON":                "{{{",
+		"truncated":               latched().Encode()[:40],
+		"a JSON string":           `"Latched"`,
+		"an empty object":         `{}`,
+		"an unknown phase":        `{"phase":"Purple"}`,
+		"a bad time":              `{"phase":"Promoted","promotedAt":"yesterday"}`,
+		"Failed without failure":  `{"phase":"Failed"}`,
+		"failure when not Failed": `{"phase":"Idle","failure":{"reason":"Degraded","at":"2026-01-01T00:00:00Z"}}`,
+		"Degraded without since":  `{"phase":"Degraded","promotedAt":"2026-01-01T00:00:00Z"}`,
+		"Latched without promote": `{"phase":"Latched"}`,
+		"too much history":        `{"phase":"Idle","history":[` + strings.Join(history, ",") + `]}`,
+		"enormous":                `{"phase":"Idle","promotion":"` + strings.Repeat("x", 200<<10) + `"` + strings.Repeat(" ", 10),
+	} {
+		t.Run(name, func(t *testing.T) {
+			r, err := Decode(value)
+			if err == nil {
+				t.Fatalf("Decode accepted %.80q as %+v", value, r)
+			}
+			if !r.IsZero() {
+				t.Errorf("Decode returned a non-zero record %+v with its error", r)
+			}
+		})
+	}
+}
+
+func FuzzDecode(f *testing.F) {
+	f.Add(latched().Encode())
+	f.Add(failedAt(latched(), minutes(9), ReasonDegraded, "gone").Encode())
+	f.Add(`{"phase":"Degraded","promotedAt":"2026-01-01T00:00:00Z","degradedSince":"2026-01-01T00:00:00Z"}`)
+	f.Fuzz(func(t *testing.T, value string) {
+		r, err := Decode(value)
+		if err != nil || r.IsZero() {
+			return
+		}
+		// Whatever decodes must be safe to step from, and re-encode to itself.
+		again, err := Decode(r.Encode())
+		if err != nil {
+			t.Fatalf("re-decoding %q: %v", r.Encode(), err)
+		}
+		if again.Encode() != r.Encode() {
+			t.Fatalf("encoding is not stable: %q vs %q", r.Encode(), again.Encode())
+		}
+		for _, h := range []Health{HealthHealthy, HealthUnhealthy, HealthProgressing} {
+			Step(defaults(), r, stageAfterP1(h), at(minutes(100)))
+		}
+	})
+}

@@ -1,0 +1,325 @@
+package latch
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"time"
+)
+
+// Step advances one Stage's latch record by one observation. It is pure: the
+// same arguments always give the same Result, and prior is not modified.
+//
+// A zero prior ("no record": a Stage never seen, or a record that was
+// garbage) is a baseline. The machine records what it sees, counts
+// deadlines from now, and reports no failure that happened before it looked,
+// so that a first install or a lost record never pauses anything by itself.
+func Step(s Settings, prior Record, obs Observation, now time.Time) Result {
+	m := machine{settings: s, obs: obs, now: now}
+	if prior.IsZero() {
+		m.baseline()
+	} else {
+		m.rec = prior.clone()
+		m.examinePromotion()
+		m.examineVerification()
+	}
+	m.judgeHealth()
+	m.checkDeadlines()
+	return Result{Record: m.rec, Actions: m.actions, RequeueAfter: m.requeueAfter()}
+}
+
+type machine struct {
+	settings Settings
+	obs      Observation
+	now      time.Time
+	rec      Record
+	actions  []Action
+}
+
+func (m *machine) act(a Action) { m.actions = append(m.actions, a) }
+
+// healthJudged reports whether Kargo's health means anything now. While a
+// promotion runs, or after one that did not succeed, Kargo reports Unknown by
+// construction, so the phase holds.
+func (m *machine) healthJudged() bool {
+	lp := m.obs.LastPromotion
+	return lp != nil && lp.Phase == PromotionSucceeded && !m.obs.PromotionRunning
+}
+
+func (m *machine) baseline() {
+	m.rec = Record{Phase: PhaseIdle}
+	lp := m.obs.LastPromotion
+	if lp != nil {
+		m.rec.ExaminedPromotion = lp.Name
+	}
+	if v := m.obs.Verification; v.terminal() {
+		m.rec.ExaminedVerification = v.ID
+	}
+	succeeded := lp != nil && lp.Phase == PromotionSucceeded
+	if succeeded || m.obs.FreightID != "" {
+		if !succeeded {
+			lp = nil
+		}
+		m.beginCycle(lp)
+		adopted := m.now
+		m.rec.AdoptedAt = &adopted
+	}
+	// A failure that is already on the Stage when the operator first looks
+	// is recorded, but it is not acted on: nobody saw it happen.
+	if reason, msg, ok := m.promotionFailure(m.obs.LastPromotion); ok {
+		m.markFailed(reason, msg+" (before kargo-latch watched this Stage)")
+	} else if reason, msg, ok := verificationFailure(m.obs.Verification); ok {
+		m.markFailed(reason, msg+" (before kargo-latch watched this Stage)")
+	}
+}
+
+// examinePromotion starts a cycle on every new successful promotion and
+// fails the cycle on a new failed one. A new cycle starts when
+// freightHistory[0] moves, too: Kargo replays terminal Promotions in name
+// order, so an older Promotion can succeed while lastPromotion stays a newer
+// aborted one.
+func (m *machine) examinePromotion() {
+	lp := m.obs.LastPromotion
+	isNew := lp != nil && lp.Name != m.rec.ExaminedPromotion
+	if isNew {
+		m.rec.ExaminedPromotion = lp.Name
+	}
+	freightMoved := m.obs.FreightID != "" && m.obs.FreightID != m.rec.FreightID
+	switch {
+	case isNew && lp.Phase == PromotionSucceeded:
+		m.startCycle(lp)
+	case freightMoved && m.awaitingOwnFreight():
+		m.rec.FreightID, m.rec.Freight = m.obs.FreightID, firstNonEmpty(m.rec.Freight, m.obs.Freight)
+	case freightMoved:
+		m.startCycle(nil)
+	}
+	if !isNew {
+		return
+	}
+	if reason, msg, ok := m.promotionFailure(lp); ok {
+		m.fail(reason, msg)
+	}
+}
+
+// awaitingOwnFreight is true when this cycle began with its promotion but
+// Kargo had not yet moved freightHistory[0]; the move that follows belongs to
+// the same cycle.
+func (m *machine) awaitingOwnFreight() bool {
+	lp := m.obs.LastPromotion
+	return m.rec.Phase == PhasePromoted && m.rec.Promotion != "" &&
+		lp != nil && lp.Name == m.rec.Promotion && lp.Phase == PromotionSucceeded
+}
+
+func (m *machine) promotionFailure(lp *Promotion) (FailureReason, string, bool) {
+	if lp == nil {
+		return "", "", false
+	}
+	switch lp.Phase {
+	case PromotionFailed:
+		return ReasonPromotionFailed, fmt.Sprintf("Promotion %s failed", lp.Name), true
+	case PromotionErrored:
+		return ReasonPromotionErrored, fmt.Sprintf("Promotion %s errored", lp.Name), true
+	}
+	return "", "", false
+}
+
+func (m *machine) examineVerification() {
+	v := m.obs.Verification
+	if !v.terminal() || v.ID == m.rec.ExaminedVerification {
+		return
+	}
+	m.rec.ExaminedVerification = v.ID
+	if reason, msg, ok := verificationFailure(v); ok {
+		m.fail(reason, msg)
+	}
+}
+
+func verificationFailure(v *Verification) (FailureReason, string, bool) {
+	if !v.terminal() {
+		return "", "", false
+	}
+	switch {
+	case v.Phase == VerificationFailed && v.Message == UserAbortMessage:
+		return "", "", false
+	case v.Phase == VerificationFailed:
+		return ReasonVerificationFailed, withDetail("verification "+v.ID+" failed", v.Message), true
+	case v.Phase == VerificationError:
+		return ReasonVerificationError, withDetail("verification "+v.ID+" errored", v.Message), true
+	}
+	return "", "", false
+}
+
+func (m *machine) judgeHealth() {
+	if !m.healthJudged() {
+		return
+	}
+	h := m.obs.Health
+	switch m.rec.Phase {
+	case PhasePromoted:
+		if h == HealthHealthy {
+			m.latch()
+		}
+	case PhaseLatched:
+		switch {
+		case h == HealthProgressing:
+			if m.obs.PreviousHealth != HealthProgressing {
+				m.act(Action{Kind: ActionProgressingIgnored, Message: "Stage is Progressing; the latch holds"})
+			}
+		case h.keepsLatch():
+		default:
+			since := m.now
+			m.rec.Phase, m.rec.DegradedSince = PhaseDegraded, &since
+			m.act(Action{Kind: ActionDegraded, Message: fmt.Sprintf("Stage health is %s after the latch", describe(h))})
+		}
+	case PhaseDegraded:
+		if h == HealthHealthy || h == HealthNotApplicable {
+			m.rec.Phase, m.rec.DegradedSince = PhaseLatched, nil
+			m.act(Action{Kind: ActionRecovered, Message: fmt.Sprintf("Stage health is %s again", h)})
+		}
+	}
+}
+
+func (m *machine) latch() {
+	at := m.now
+	m.rec.Phase, m.rec.LatchedAt = PhaseLatched, &at
+	msg := "Stage became Healthy after " + m.cycleName()
+	m.pushVerification(VerificationSuccessful, *m.rec.PromotedAt, msg)
+	a := Action{Kind: ActionLatched, Message: msg}
+	if m.rec.AdoptedAt == nil {
+		a.TimeToLatch = max(0, m.now.Sub(*m.rec.PromotedAt))
+	}
+	m.act(a)
+}
+
+func (m *machine) checkDeadlines() {
+	switch m.rec.Phase {
+	case PhasePromoted:
+		if d := m.settings.LatchDeadline; d > 0 && !m.now.Before(m.deadlineBase().Add(d)) {
+			m.fail(ReasonLatchDeadlineExceeded, fmt.Sprintf("Stage was not Healthy within %s of %s", d, m.cycleName()))
+		}
+	case PhaseDegraded:
+		if m.healthJudged() && !m.now.Before(m.rec.DegradedSince.Add(m.grace())) {
+			m.fail(ReasonDegraded, fmt.Sprintf("Stage health stayed %s for %s after the latch", describe(m.obs.Health), m.grace()))
+		}
+	}
+}
+
+func (m *machine) requeueAfter() time.Duration {
+	switch m.rec.Phase {
+	case PhasePromoted:
+		if d := m.settings.LatchDeadline; d > 0 {
+			return m.deadlineBase().Add(d).Sub(m.now)
+		}
+	case PhaseDegraded:
+		if m.healthJudged() {
+			return m.rec.DegradedSince.Add(m.grace()).Sub(m.now)
+		}
+	}
+	return 0
+}
+
+func (m *machine) grace() time.Duration { return max(0, m.settings.DegradedGrace) }
+
+// deadlineBase is when the latch deadline started counting: the promotion,
+// or the moment the operator adopted a cycle it had not seen begin.
+func (m *machine) deadlineBase() time.Time {
+	if m.rec.AdoptedAt != nil {
+		return *m.rec.AdoptedAt
+	}
+	return *m.rec.PromotedAt
+}
+
+func (m *machine) startCycle(lp *Promotion) {
+	m.beginCycle(lp)
+	m.act(Action{Kind: ActionCycleStarted, Message: "new cycle for " + m.cycleName()})
+}
+
+// beginCycle resets the record for the promotion lp, or, when lp is nil, for
+// a Freight change whose promotion Kargo did not report.
+func (m *machine) beginCycle(lp *Promotion) {
+	r := &m.rec
+	r.Phase = PhasePromoted
+	r.FreightID, r.Freight, r.Promotion = m.obs.FreightID, m.obs.Freight, ""
+	at := m.now
+	if lp != nil {
+		r.Promotion, r.Freight = lp.Name, firstNonEmpty(lp.Freight, r.Freight)
+		if lp.FinishedAt != nil {
+			at = *lp.FinishedAt
+		}
+	}
+	r.PromotedAt = &at
+	r.AdoptedAt, r.LatchedAt, r.DegradedSince, r.Failure, r.Verification = nil, nil, nil, nil, nil
+}
+
+// fail ends the cycle. A cycle fails once; later failures add nothing.
+func (m *machine) fail(reason FailureReason, msg string) {
+	if m.rec.Phase == PhaseFailed {
+		return
+	}
+	m.markFailed(reason, msg)
+	m.act(Action{Kind: ActionFailed, Reason: reason, Message: msg})
+}
+
+func (m *machine) markFailed(reason FailureReason, msg string) {
+	start := m.now
+	if m.rec.PromotedAt != nil {
+		start = *m.rec.PromotedAt
+	}
+	m.rec.Phase, m.rec.DegradedSince = PhaseFailed, nil
+	m.rec.Failure = &Failure{Reason: reason, Message: msg, At: m.now}
+	m.pushVerification(VerificationFailed, start, msg)
+}
+
+func (m *machine) pushVerification(phase VerificationPhase, start time.Time, msg string) {
+	v := VerificationRecord{
+		ID:         recordID(m.rec.FreightID, m.rec.Promotion, phase, m.now),
+		Actor:      Actor,
+		StartTime:  start,
+		FinishTime: m.now,
+		Phase:      phase,
+		Message:    msg,
+	}
+	m.rec.Verification = &v
+	m.rec.History = append([]VerificationRecord{v}, m.rec.History...)
+	if len(m.rec.History) > HistoryLimit {
+		m.rec.History = m.rec.History[:HistoryLimit]
+	}
+}
+
+func (m *machine) cycleName() string {
+	switch {
+	case m.rec.Promotion != "":
+		return "promotion " + m.rec.Promotion
+	case m.rec.Freight != "":
+		return "freight " + m.rec.Freight
+	}
+	return "the current freight"
+}
+
+// recordID derives a stable ID, so that the same judgement always yields the
+// same record and a replayed Step writes nothing new.
+func recordID(freightID, promotion string, phase VerificationPhase, at time.Time) string {
+	sum := sha256.Sum256([]byte(freightID + "\x00" + promotion + "\x00" + string(phase) + "\x00" + at.UTC().Format(time.RFC3339Nano)))
+	return hex.EncodeToString(sum[:8])
+}
+
+func describe(h Health) string {
+	if h == HealthMissing {
+		return "missing"
+	}
+	return string(h)
+}
+
+func withDetail(s, detail string) string {
+	if detail == "" {
+		return s
+	}
+	return s + ": " + detail
+}
+
+func firstNonEmpty(a, b string) string {
+	if a != "" {
+		return a
+	}
+	return b
+}

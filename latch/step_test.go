@@ -1,0 +1,458 @@
+package latch
+
+import (
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	"github.com/google/go-cmp/cmp/cmpopts"
+)
+
+var t0 = time.Date(2026, 11, 29, 12, 0, 0, 0, time.UTC)
+
+func at(d time.Duration) time.Time   { return t0.Add(d) }
+func ptr(d time.Duration) *time.Time { t := at(d); return &t }
+func ptrTime(t time.Time) *time.Time { return &t }
+func minutes(n int) time.Duration    { return time.Duration(n) * time.Minute }
+func defaults() Settings             { return Settings{LatchDeadline: minutes(30), DegradedGrace: minutes(5)} }
+func promo(name string, p PromotionPhase, finished time.Duration) *Promotion {
+	return &Promotion{Name: name, Phase: p, FinishedAt: ptr(finished), Freight: "f-" + name}
+}
+
+// promoted is the record of a cycle for promotion p1 (freight F1) that
+// finished at t0.
+func promoted() Record {
+	return Record{
+		Promotion: "p1", Freight: "f-p1", FreightID: "F1", Phase: PhasePromoted,
+		PromotedAt: ptr(0), ExaminedPromotion: "p1",
+	}
+}
+
+func latched() Record {
+	r := promoted()
+	r.Phase, r.LatchedAt = PhaseLatched, ptr(minutes(2))
+	v := VerificationRecord{Actor: Actor, StartTime: at(0), FinishTime: at(minutes(2)), Phase: VerificationSuccessful, Message: "Stage became Healthy after promotion p1"}
+	r.Verification, r.History = &v, []VerificationRecord{v}
+	return r
+}
+
+func degraded(since time.Duration) Record {
+	r := latched()
+	r.Phase, r.DegradedSince = PhaseDegraded, ptr(since)
+	return r
+}
+
+// failedAt turns r into the record of a failure judged at d.
+func failedAt(r Record, d time.Duration, reason FailureReason, msg string) Record {
+	r = r.clone()
+	start := at(d)
+	if r.PromotedAt != nil {
+		start = *r.PromotedAt
+	}
+	v := VerificationRecord{Actor: Actor, StartTime: start, FinishTime: at(d), Phase: VerificationFailed, Message: msg}
+	r.Phase, r.DegradedSince = PhaseFailed, nil
+	r.Failure = &Failure{Reason: reason, Message: msg, At: at(d)}
+	r.Verification, r.History = &v, append([]VerificationRecord{v}, r.History...)
+	return r
+}
+
+// stageAfterP1 is what Kargo shows after p1 succeeded, with the given health.
+func stageAfterP1(h Health) Observation {
+	return Observation{LastPromotion: promo("p1", PromotionSucceeded, 0), FreightID: "F1", Freight: "f-p1", Health: h}
+}
+
+func with(o Observation, edit func(*Observation)) Observation { edit(&o); return o }
+
+func TestStep(t *testing.T) {
+	failedVerification := &Verification{ID: "v1", Phase: VerificationFailed, Message: "analysis failed"}
+	cases := map[string]struct {
+		settings Settings
+		prior    Record
+		obs      Observation
+		now      time.Time
+		want     Result
+	}{
+		"a Stage never promoted is Idle": {
+			obs:  Observation{Health: HealthHealthy},
+			now:  at(0),
+			want: Result{Record: Record{Phase: PhaseIdle}},
+		},
+		"first look at a promoted Stage adopts the cycle and counts the deadline from now": {
+			obs: with(stageAfterP1(HealthProgressing), func(o *Observation) { o.LastPromotion.FinishedAt = ptr(-minutes(60)) }),
+			now: at(0),
+			want: Result{
+				Record: Record{
+					Promotion: "p1", Freight: "f-p1", FreightID: "F1", Phase: PhasePromoted,
+					PromotedAt: ptr(-minutes(60)), AdoptedAt: ptr(0), ExaminedPromotion: "p1",
+				},
+				RequeueAfter: minutes(30),
+			},
+		},
+		"first look at a healthy Stage latches without a time-to-latch": {
+			obs: stageAfterP1(HealthHealthy),
+			now: at(minutes(1)),
+			want: Result{
+				Record: func() Record {
+					r := latched()
+					r.AdoptedAt, r.LatchedAt = ptr(minutes(1)), ptr(minutes(1))
+					r.Verification.FinishTime = at(minutes(1))
+					r.History[0] = *r.Verification
+					return r
+				}(),
+				Actions: []Action{{Kind: ActionLatched, Message: "Stage became Healthy after promotion p1"}},
+			},
+		},
+		"first look at a failed promotion records the failure and does not act on it": {
+			obs: Observation{LastPromotion: promo("p1", PromotionFailed, 0)},
+			now: at(minutes(1)),
+			want: Result{Record: failedAt(Record{Phase: PhaseIdle, ExaminedPromotion: "p1"}, minutes(1),
+				ReasonPromotionFailed, "Promotion p1 failed (before kargo-latch watched this Stage)")},
+		},
+		"first look at a failed verification records it and does not act on it": {
+			obs: with(stageAfterP1(HealthHealthy), func(o *Observation) { o.Verification = failedVerification }),
+			now: at(minutes(1)),
+			want: Result{Record: func() Record {
+				r := promoted()
+				r.AdoptedAt, r.ExaminedVerification = ptr(minutes(1)), "v1"
+				return failedAt(r, minutes(1), ReasonVerificationFailed, "verification v1 failed: analysis failed (before kargo-latch watched this Stage)")
+			}()},
+		},
+		"a new successful promotion starts a cycle at its finish": {
+			prior: latched(),
+			obs:   Observation{LastPromotion: promo("p2", PromotionSucceeded, minutes(10)), FreightID: "F2", Freight: "f-p2"},
+			now:   at(minutes(11)),
+			want: Result{
+				Record: func() Record {
+					r := latched()
+					r.Promotion, r.Freight, r.FreightID, r.ExaminedPromotion = "p2", "f-p2", "F2", "p2"
+					r.Phase, r.PromotedAt, r.LatchedAt, r.Verification = PhasePromoted, ptr(minutes(10)), nil, nil
+					return r
+				}(),
+				Actions:      []Action{{Kind: ActionCycleStarted, Message: "new cycle for promotion p2"}},
+				RequeueAfter: minutes(29),
+			},
+		},
+		"Promoted and Healthy latches with a Successful record": {
+			prior: promoted(),
+			obs:   stageAfterP1(HealthHealthy),
+			now:   at(minutes(2)),
+			want: Result{
+				Record:  latched(),
+				Actions: []Action{{Kind: ActionLatched, Message: "Stage became Healthy after promotion p1", TimeToLatch: minutes(2)}},
+			},
+		},
+		"Promoted and Progressing waits for the deadline": {
+			prior: promoted(),
+			obs:   stageAfterP1(HealthProgressing),
+			now:   at(minutes(2)),
+			want:  Result{Record: promoted(), RequeueAfter: minutes(28)},
+		},
+		"Promoted and NotApplicable does not latch": {
+			prior: promoted(),
+			obs:   stageAfterP1(HealthNotApplicable),
+			now:   at(minutes(2)),
+			want:  Result{Record: promoted(), RequeueAfter: minutes(28)},
+		},
+		"Promoted past the deadline fails": {
+			prior: promoted(),
+			obs:   stageAfterP1(HealthProgressing),
+			now:   at(minutes(30)),
+			want: Result{
+				Record:  failedAt(promoted(), minutes(30), ReasonLatchDeadlineExceeded, "Stage was not Healthy within 30m0s of promotion p1"),
+				Actions: []Action{{Kind: ActionFailed, Reason: ReasonLatchDeadlineExceeded, Message: "Stage was not Healthy within 30m0s of promotion p1"}},
+			},
+		},
+		"a zero deadline never fails and needs no requeue": {
+			settings: Settings{DegradedGrace: minutes(5)},
+			prior:    promoted(),
+			obs:      stageAfterP1(HealthUnhealthy),
+			now:      at(minutes(600)),
+			want:     Result{Record: promoted()},
+		},
+		"the deadline keeps running while a promotion runs": {
+			prior: promoted(),
+			obs:   with(stageAfterP1(HealthUnknown), func(o *Observation) { o.PromotionRunning = true }),
+			now:   at(minutes(31)),
+			want: Result{
+				Record:  failedAt(promoted(), minutes(31), ReasonLatchDeadlineExceeded, "Stage was not Healthy within 30m0s of promotion p1"),
+				Actions: []Action{{Kind: ActionFailed, Reason: ReasonLatchDeadlineExceeded, Message: "Stage was not Healthy within 30m0s of promotion p1"}},
+			},
+		},
+		"Latched ignores Progressing and counts the flap": {
+			prior: latched(),
+			obs:   with(stageAfterP1(HealthProgressing), func(o *Observation) { o.PreviousHealth = HealthHealthy }),
+			now:   at(minutes(3)),
+			want: Result{
+				Record:  latched(),
+				Actions: []Action{{Kind: ActionProgressingIgnored, Message: "Stage is Progressing; the latch holds"}},
+			},
+		},
+		"Latched counts a Progressing flap once": {
+			prior: latched(),
+			obs:   with(stageAfterP1(HealthProgressing), func(o *Observation) { o.PreviousHealth = HealthProgressing }),
+			now:   at(minutes(3)),
+			want:  Result{Record: latched()},
+		},
+		"Latched stays on NotApplicable": {
+			prior: latched(),
+			obs:   stageAfterP1(HealthNotApplicable),
+			now:   at(minutes(3)),
+			want:  Result{Record: latched()},
+		},
+		"Latched and Unhealthy degrades": {
+			prior: latched(),
+			obs:   stageAfterP1(HealthUnhealthy),
+			now:   at(minutes(3)),
+			want: Result{
+				Record:       degraded(minutes(3)),
+				Actions:      []Action{{Kind: ActionDegraded, Message: "Stage health is Unhealthy after the latch"}},
+				RequeueAfter: minutes(5),
+			},
+		},
+		"Latched and missing health degrades": {
+			prior: latched(),
+			obs:   stageAfterP1(HealthMissing),
+			now:   at(minutes(3)),
+			want: Result{
+				Record:       degraded(minutes(3)),
+				Actions:      []Action{{Kind: ActionDegraded, Message: "Stage health is missing after the latch"}},
+				RequeueAfter: minutes(5),
+			},
+		},
+		"a zero grace fails at once": {
+			settings: Settings{LatchDeadline: minutes(30)},
+			prior:    latched(),
+			obs:      stageAfterP1(HealthUnknown),
+			now:      at(minutes(3)),
+			want: Result{
+				Record: failedAt(latched(), minutes(3), ReasonDegraded, "Stage health stayed Unknown for 0s after the latch"),
+				Actions: []Action{
+					{Kind: ActionDegraded, Message: "Stage health is Unknown after the latch"},
+					{Kind: ActionFailed, Reason: ReasonDegraded, Message: "Stage health stayed Unknown for 0s after the latch"},
+				},
+			},
+		},
+		"Degraded and Healthy recovers": {
+			prior: degraded(minutes(3)),
+			obs:   stageAfterP1(HealthHealthy),
+			now:   at(minutes(4)),
+			want: Result{
+				Record:  latched(),
+				Actions: []Action{{Kind: ActionRecovered, Message: "Stage health is Healthy again"}},
+			},
+		},
+		"Degraded and Progressing holds the grace": {
+			prior: degraded(minutes(3)),
+			obs:   stageAfterP1(HealthProgressing),
+			now:   at(minutes(4)),
+			want:  Result{Record: degraded(minutes(3)), RequeueAfter: minutes(4)},
+		},
+		"Degraded past the grace fails": {
+			prior: degraded(minutes(3)),
+			obs:   stageAfterP1(HealthUnhealthy),
+			now:   at(minutes(8)),
+			want: Result{
+				Record:  failedAt(degraded(minutes(3)), minutes(8), ReasonDegraded, "Stage health stayed Unhealthy for 5m0s after the latch"),
+				Actions: []Action{{Kind: ActionFailed, Reason: ReasonDegraded, Message: "Stage health stayed Unhealthy for 5m0s after the latch"}},
+			},
+		},
+		"Degraded holds while a promotion runs, past the grace": {
+			prior: degraded(minutes(3)),
+			obs:   with(stageAfterP1(HealthUnknown), func(o *Observation) { o.PromotionRunning = true }),
+			now:   at(minutes(20)),
+			want:  Result{Record: degraded(minutes(3))},
+		},
+		"Latched holds while a promotion runs": {
+			prior: latched(),
+			obs:   with(stageAfterP1(HealthUnknown), func(o *Observation) { o.PromotionRunning = true }),
+			now:   at(minutes(20)),
+			want:  Result{Record: latched()},
+		},
+		"a failed verification fails the cycle": {
+			prior: latched(),
+			obs:   with(stageAfterP1(HealthHealthy), func(o *Observation) { o.Verification = failedVerification }),
+			now:   at(minutes(4)),
+			want: Result{
+				Record: func() Record {
+					r := latched()
+					r.ExaminedVerification = "v1"
+					return failedAt(r, minutes(4), ReasonVerificationFailed, "verification v1 failed: analysis failed")
+				}(),
+				Actions: []Action{{Kind: ActionFailed, Reason: ReasonVerificationFailed, Message: "verification v1 failed: analysis failed"}},
+			},
+		},
+		"an errored verification fails the cycle": {
+			prior: latched(),
+			obs: with(stageAfterP1(HealthHealthy), func(o *Observation) {
+				o.Verification = &Verification{ID: "v2", Phase: VerificationError}
+			}),
+			now: at(minutes(4)),
+			want: Result{
+				Record: func() Record {
+					r := latched()
+					r.ExaminedVerification = "v2"
+					return failedAt(r, minutes(4), ReasonVerificationError, "verification v2 errored")
+				}(),
+				Actions: []Action{{Kind: ActionFailed, Reason: ReasonVerificationError, Message: "verification v2 errored"}},
+			},
+		},
+		"a verification a user aborted is not a failure": {
+			prior: latched(),
+			obs: with(stageAfterP1(HealthHealthy), func(o *Observation) {
+				o.Verification = &Verification{ID: "v3", Phase: VerificationFailed, Message: UserAbortMessage}
+			}),
+			now: at(minutes(4)),
+			want: Result{Record: func() Record {
+				r := latched()
+				r.ExaminedVerification = "v3"
+				return r
+			}()},
+		},
+		"a running verification is not judged yet": {
+			prior: latched(),
+			obs: with(stageAfterP1(HealthHealthy), func(o *Observation) {
+				o.Verification = &Verification{ID: "v4", Phase: VerificationRunning}
+			}),
+			now:  at(minutes(4)),
+			want: Result{Record: latched()},
+		},
+		"a verification already judged is not judged again": {
+			prior: func() Record { r := latched(); r.ExaminedVerification = "v1"; return r }(),
+			obs:   with(stageAfterP1(HealthHealthy), func(o *Observation) { o.Verification = failedVerification }),
+			now:   at(minutes(4)),
+			want:  Result{Record: func() Record { r := latched(); r.ExaminedVerification = "v1"; return r }()},
+		},
+		"a failed promotion fails the cycle": {
+			prior: latched(),
+			obs:   Observation{LastPromotion: promo("p2", PromotionFailed, minutes(9)), FreightID: "F1", Health: HealthUnknown},
+			now:   at(minutes(10)),
+			want: Result{
+				Record: func() Record {
+					r := latched()
+					r.ExaminedPromotion = "p2"
+					return failedAt(r, minutes(10), ReasonPromotionFailed, "Promotion p2 failed")
+				}(),
+				Actions: []Action{{Kind: ActionFailed, Reason: ReasonPromotionFailed, Message: "Promotion p2 failed"}},
+			},
+		},
+		"an errored promotion fails an Idle Stage": {
+			prior: Record{Phase: PhaseIdle},
+			obs:   Observation{LastPromotion: promo("p1", PromotionErrored, 0)},
+			now:   at(minutes(1)),
+			want: Result{
+				Record:  failedAt(Record{Phase: PhaseIdle, ExaminedPromotion: "p1"}, minutes(1), ReasonPromotionErrored, "Promotion p1 errored"),
+				Actions: []Action{{Kind: ActionFailed, Reason: ReasonPromotionErrored, Message: "Promotion p1 errored"}},
+			},
+		},
+		"an aborted promotion keeps the latch although Kargo reports Unknown": {
+			prior: latched(),
+			obs:   Observation{LastPromotion: promo("p2", PromotionAborted, minutes(9)), FreightID: "F1", Health: HealthUnknown},
+			now:   at(minutes(30)),
+			want:  Result{Record: func() Record { r := latched(); r.ExaminedPromotion = "p2"; return r }()},
+		},
+		"Freight moving under an aborted lastPromotion starts a cycle (replay order)": {
+			prior: func() Record { r := latched(); r.ExaminedPromotion = "p3"; return r }(),
+			obs:   Observation{LastPromotion: promo("p3", PromotionAborted, minutes(9)), FreightID: "F2", Freight: "f-p2", Health: HealthUnknown},
+			now:   at(minutes(12)),
+			want: Result{
+				Record: func() Record {
+					r := latched()
+					r.ExaminedPromotion, r.Promotion, r.Freight, r.FreightID = "p3", "", "f-p2", "F2"
+					r.Phase, r.PromotedAt, r.LatchedAt, r.Verification = PhasePromoted, ptr(minutes(12)), nil, nil
+					return r
+				}(),
+				Actions:      []Action{{Kind: ActionCycleStarted, Message: "new cycle for freight f-p2"}},
+				RequeueAfter: minutes(30),
+			},
+		},
+		"Freight arriving after its own promotion does not restart the cycle": {
+			prior: func() Record { r := promoted(); r.FreightID = ""; return r }(),
+			obs:   stageAfterP1(HealthMissing),
+			now:   at(minutes(1)),
+			want:  Result{Record: promoted(), RequeueAfter: minutes(29)},
+		},
+		"Failed stays Failed when health recovers": {
+			prior: failedAt(degraded(minutes(3)), minutes(8), ReasonDegraded, "x"),
+			obs:   stageAfterP1(HealthHealthy),
+			now:   at(minutes(9)),
+			want:  Result{Record: failedAt(degraded(minutes(3)), minutes(8), ReasonDegraded, "x")},
+		},
+		"a hotfix while Failed and paused starts a cycle and keeps the pauses": {
+			prior: func() Record {
+				r := failedAt(degraded(minutes(3)), minutes(8), ReasonDegraded, "x")
+				r.Pauses = []string{"stage-degraded"}
+				return r
+			}(),
+			obs: Observation{LastPromotion: promo("p2", PromotionSucceeded, minutes(20)), FreightID: "F2", Freight: "f-p2", Health: HealthHealthy},
+			now: at(minutes(21)),
+			want: Result{
+				Record: func() Record {
+					r := failedAt(degraded(minutes(3)), minutes(8), ReasonDegraded, "x")
+					r.Pauses = []string{"stage-degraded"}
+					r.Promotion, r.Freight, r.FreightID, r.ExaminedPromotion = "p2", "f-p2", "F2", "p2"
+					r.Phase, r.PromotedAt, r.LatchedAt, r.Failure = PhaseLatched, ptr(minutes(20)), ptr(minutes(21)), nil
+					v := VerificationRecord{Actor: Actor, StartTime: at(minutes(20)), FinishTime: at(minutes(21)), Phase: VerificationSuccessful, Message: "Stage became Healthy after promotion p2"}
+					r.Verification, r.History = &v, append([]VerificationRecord{v}, r.History...)
+					return r
+				}(),
+				Actions: []Action{
+					{Kind: ActionCycleStarted, Message: "new cycle for promotion p2"},
+					{Kind: ActionLatched, Message: "Stage became Healthy after promotion p2", TimeToLatch: minutes(1)},
+				},
+			},
+		},
+	}
+	ignoreIDs := cmpopts.IgnoreFields(VerificationRecord{}, "ID")
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			s := tc.settings
+			if s == (Settings{}) {
+				s = defaults()
+			}
+			prior := tc.prior.clone()
+			got := Step(s, tc.prior, tc.obs, tc.now)
+			if diff := cmp.Diff(tc.want, got, ignoreIDs, cmpopts.EquateEmpty()); diff != "" {
+				t.Errorf("Step() mismatch (-want +got):\n%s", diff)
+			}
+			if diff := cmp.Diff(prior, tc.prior, cmpopts.EquateEmpty()); diff != "" {
+				t.Errorf("Step() modified its prior record (-before +after):\n%s", diff)
+			}
+		})
+	}
+}
+
+func TestHistoryKeepsTheNewestTen(t *testing.T) {
+	r := promoted()
+	now := at(0)
+	for i := range 12 {
+		now = now.Add(time.Minute)
+		r = Step(defaults(), r, stageAfterP1(HealthHealthy), now).Record
+		now = now.Add(time.Minute)
+		res := Step(Settings{LatchDeadline: minutes(30)}, r, stageAfterP1(HealthUnhealthy), now)
+		r = res.Record
+		// Start the next cycle with a new promotion.
+		next := Observation{LastPromotion: promo(string(rune('a'+i)), PromotionSucceeded, 0), FreightID: string(rune('A' + i))}
+		r = Step(defaults(), r, next, now).Record
+		r.PromotedAt = ptrTime(now)
+	}
+	if len(r.History) != HistoryLimit {
+		t.Fatalf("history has %d records, want %d", len(r.History), HistoryLimit)
+	}
+	for i := 1; i < len(r.History); i++ {
+		if r.History[i].FinishTime.After(r.History[i-1].FinishTime) {
+			t.Errorf("history[%d] finished after history[%d]: not newest first", i, i-1)
+		}
+	}
+}
+
+func TestRecordIDsAreStableAndDistinct(t *testing.T) {
+	a := Step(defaults(), promoted(), stageAfterP1(HealthHealthy), at(minutes(2)))
+	b := Step(defaults(), promoted(), stageAfterP1(HealthHealthy), at(minutes(2)))
+	c := Step(defaults(), promoted(), stageAfterP1(HealthHealthy), at(minutes(3)))
+	if a.Record.Verification.ID == "" || a.Record.Verification.ID != b.Record.Verification.ID {
+		t.Errorf("same judgement gave IDs %q and %q, want one non-empty ID", a.Record.Verification.ID, b.Record.Verification.ID)
+	}
+	if a.Record.Verification.ID == c.Record.Verification.ID {
+		t.Errorf("different judgements share ID %q", a.Record.Verification.ID)
+	}
+}

@@ -1,0 +1,9 @@
+//go:build tools
+
+// Package tools pins the binaries of the test cluster. It is a separate
+// module so that k8s.io/kubernetes never enters the operator's go.mod.
+package tools
+
+import (
+	_ "k8s.io/kubernetes/cmd/kube-apiserver"
+)
