@@ -1,0 +1,145 @@
+// Command kargo-latch is the kargo-latch operator.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+	"k8s.io/klog/v2"
+
+	"github.com/kargo-latch/kargo-latch/controller"
+	"github.com/kargo-latch/kargo-latch/latch"
+	"github.com/kargo-latch/kargo-latch/metrics"
+)
+
+// version is set at build time with -ldflags "-X main.version=…".
+var version = "dev"
+
+type options struct {
+	kubeconfig string
+	namespaces stringList
+	workers    int
+	qps        float64
+	burst      int
+	defaults   latch.Settings
+	dryRun     bool
+}
+
+func main() {
+	opts, err := parseFlags(os.Args[1:])
+	if err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			os.Exit(0)
+		}
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(2)
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
+	defer stop()
+	logger := klog.FromContext(ctx)
+	ctx = klog.NewContext(ctx, logger)
+	if err := run(ctx, opts); err != nil {
+		logger.Error(err, "kargo-latch stopped")
+		klog.Flush()
+		os.Exit(1)
+	}
+	klog.Flush()
+}
+
+func parseFlags(args []string) (*options, error) {
+	fs := flag.NewFlagSet("kargo-latch", flag.ContinueOnError)
+	o := &options{}
+	fs.StringVar(&o.kubeconfig, "kubeconfig", "", "Path to a kubeconfig; in-cluster configuration when empty.")
+	fs.Var(&o.namespaces, "namespace", "A Kargo project namespace to watch (repeatable); all namespaces when none is given.")
+	fs.IntVar(&o.workers, "workers", 4, "Stages synced in parallel.")
+	fs.Float64Var(&o.qps, "kube-api-qps", 50, "Sustained requests per second to the API server.")
+	fs.IntVar(&o.burst, "kube-api-burst", 100, "Burst of requests to the API server.")
+	fs.BoolVar(&o.defaults.PauseOnFailure, "pause-on-failure", false, "Default of kargo-latch.io/pause-on-failure: a failure pauses the Stage.")
+	fs.DurationVar(&o.defaults.LatchDeadline, "latch-deadline", 30*time.Minute, "Default of kargo-latch.io/latch-deadline: time from a promotion to the first Healthy; 0 disables.")
+	fs.DurationVar(&o.defaults.DegradedGrace, "degraded-grace", 5*time.Minute, "Default of kargo-latch.io/degraded-grace: how long a latched Stage may be Unhealthy or Unknown.")
+	fs.BoolVar(&o.defaults.DrainOnPause, "drain-on-pause", true, "Default of kargo-latch.io/drain-on-pause: abort queued auto-promotions when a Stage is paused.")
+	fs.BoolVar(&o.dryRun, "dry-run", false, "Decide and report (Events, metrics, logs) but write nothing to Kargo objects.")
+	klog.InitFlags(fs)
+	if err := fs.Parse(args); err != nil {
+		return nil, err
+	}
+	if fs.NArg() > 0 {
+		return nil, fmt.Errorf("unexpected arguments: %s", strings.Join(fs.Args(), " "))
+	}
+	if o.defaults.LatchDeadline < 0 || o.defaults.DegradedGrace < 0 {
+		return nil, errors.New("--latch-deadline and --degraded-grace must not be negative")
+	}
+	if o.workers < 1 {
+		return nil, errors.New("--workers must be at least 1")
+	}
+	return o, nil
+}
+
+func run(ctx context.Context, o *options) error {
+	cfg, err := restConfig(o.kubeconfig)
+	if err != nil {
+		return err
+	}
+	cfg.QPS, cfg.Burst = float32(o.qps), o.burst
+	cfg.UserAgent = "kargo-latch/" + version
+
+	dyn, err := dynamic.NewForConfig(cfg)
+	if err != nil {
+		return err
+	}
+	kube, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		return err
+	}
+	// The metrics server (a later issue) will serve this registry.
+	reg := prometheus.NewRegistry()
+	c, err := controller.New(controller.Config{
+		Dynamic:      dyn,
+		Kube:         kube,
+		Namespaces:   o.namespaces,
+		Defaults:     o.defaults,
+		Workers:      o.workers,
+		DryRun:       o.dryRun,
+		Metrics:      metrics.New(reg, version),
+		QueueMetrics: metrics.NewWorkqueueProvider(reg),
+	})
+	if err != nil {
+		return err
+	}
+	klog.FromContext(ctx).Info("Starting kargo-latch", "version", version, "namespaces", o.namespaces, "dryRun", o.dryRun)
+	// Leader election (a later issue) will wrap this call.
+	return c.Run(ctx)
+}
+
+func restConfig(kubeconfig string) (*rest.Config, error) {
+	if kubeconfig == "" {
+		return rest.InClusterConfig()
+	}
+	return clientcmd.BuildConfigFromFlags("", kubeconfig)
+}
+
+// stringList is a repeatable string flag.
+type stringList []string
+
+func (s *stringList) String() string { return strings.Join(*s, ",") }
+
+func (s *stringList) Set(v string) error {
+	for part := range strings.SplitSeq(v, ",") {
+		if part = strings.TrimSpace(part); part != "" {
+			*s = append(*s, part)
+		}
+	}
+	return nil
+}

@@ -1,0 +1,213 @@
+// Package controller runs kargo-latch's reconcile loop. It is the only code
+// that reads or writes Kargo objects: dynamic informers, trimmed to the
+// fields kargo-latch reads, feed a typed workqueue of Stage names; each sync
+// steps the pure latch machine and writes the Stage's record only when it
+// changed.
+package controller
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/dynamic/dynamicinformer"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/kubernetes/scheme"
+	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/tools/record"
+	"k8s.io/client-go/util/workqueue"
+	"k8s.io/klog/v2"
+	"k8s.io/utils/clock"
+
+	"github.com/kargo-latch/kargo-latch/kargo"
+	"github.com/kargo-latch/kargo-latch/latch"
+	"github.com/kargo-latch/kargo-latch/metrics"
+	"github.com/kargo-latch/kargo-latch/queue"
+)
+
+// Config is what a Controller needs. Zero values take the defaults noted.
+type Config struct {
+	Dynamic dynamic.Interface
+	// Kube sends Events. It may be nil when Recorder is set.
+	Kube kubernetes.Interface
+	// Namespaces limits the operator to these Kargo projects; empty means
+	// all namespaces.
+	Namespaces []string
+	// Defaults are the settings of a Stage without setting annotations.
+	Defaults latch.Settings
+	// Workers syncing Stages in parallel (default 4).
+	Workers int
+	// DryRun decides and reports but writes nothing to Kargo objects.
+	DryRun bool
+	// Metrics records kargo-latch's metrics (required).
+	Metrics *metrics.Recorder
+	// QueueMetrics gives the workqueue its metrics; nil for none.
+	QueueMetrics workqueue.MetricsProvider
+	// Recorder overrides the Event recorder built from Kube (for tests).
+	Recorder record.EventRecorder
+	// Clock is the time source (default: the real clock).
+	Clock clock.WithTicker
+	// Resync re-syncs every Stage this often, so that a key dropped after
+	// repeated errors is healed (default 10m).
+	Resync time.Duration
+	// StatusMissingAfter is how old a Stage without status must be before
+	// that is reported: a brand-new Stage has none until Kargo reconciles
+	// it (default 1m).
+	StatusMissingAfter time.Duration
+}
+
+// Controller reconciles Kargo Stages.
+type Controller struct {
+	cfg      Config
+	clock    clock.WithTicker
+	queue    queue.Queue
+	recorder record.EventRecorder
+	memos    *memos
+
+	stages     map[string]cache.SharedIndexInformer // by namespace; "" for all
+	promotions map[string]cache.SharedIndexInformer
+	factories  []dynamicinformer.DynamicSharedInformerFactory
+	synced     []cache.InformerSynced
+}
+
+// maxRetries bounds the retries of a failing Stage before its key is
+// dropped until the next event or resync.
+const maxRetries = 15
+
+// New builds a Controller and its informers; Run starts them.
+func New(cfg Config) (*Controller, error) {
+	if cfg.Dynamic == nil || cfg.Metrics == nil {
+		return nil, errors.New("controller: Dynamic and Metrics are required")
+	}
+	if cfg.Kube == nil && cfg.Recorder == nil {
+		return nil, errors.New("controller: one of Kube and Recorder is required")
+	}
+	if cfg.Workers <= 0 {
+		cfg.Workers = 4
+	}
+	if cfg.Clock == nil {
+		cfg.Clock = clock.RealClock{}
+	}
+	if cfg.Resync == 0 {
+		cfg.Resync = 10 * time.Minute
+	}
+	if cfg.StatusMissingAfter == 0 {
+		cfg.StatusMissingAfter = time.Minute
+	}
+	c := &Controller{
+		cfg:        cfg,
+		clock:      cfg.Clock,
+		queue:      queue.New("stages", cfg.QueueMetrics, cfg.Clock),
+		recorder:   cfg.Recorder,
+		memos:      newMemos(),
+		stages:     map[string]cache.SharedIndexInformer{},
+		promotions: map[string]cache.SharedIndexInformer{},
+	}
+	namespaces := cfg.Namespaces
+	if len(namespaces) == 0 {
+		namespaces = []string{metav1.NamespaceAll}
+	}
+	for _, ns := range namespaces {
+		if err := c.watchNamespace(ns); err != nil {
+			return nil, err
+		}
+	}
+	return c, nil
+}
+
+func (c *Controller) watchNamespace(ns string) error {
+	f := dynamicinformer.NewFilteredDynamicSharedInformerFactory(c.cfg.Dynamic, c.cfg.Resync, ns, nil)
+	stages := f.ForResource(kargo.StagesResource).Informer()
+	promotions := f.ForResource(kargo.PromotionsResource).Informer()
+	if err := stages.SetTransform(kargo.TransformStage); err != nil {
+		return fmt.Errorf("stage informer: %w", err)
+	}
+	if err := promotions.SetTransform(kargo.TransformPromotion); err != nil {
+		return fmt.Errorf("promotion informer: %w", err)
+	}
+	if _, err := stages.AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc:    c.enqueueStage,
+		UpdateFunc: c.updateStage,
+		DeleteFunc: c.enqueueStage,
+	}); err != nil {
+		return fmt.Errorf("stage handler: %w", err)
+	}
+	if _, err := promotions.AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc:    c.enqueuePromotionStage,
+		UpdateFunc: func(_, obj any) { c.enqueuePromotionStage(obj) },
+		DeleteFunc: c.enqueuePromotionStage,
+	}); err != nil {
+		return fmt.Errorf("promotion handler: %w", err)
+	}
+	c.stages[ns], c.promotions[ns] = stages, promotions
+	c.factories = append(c.factories, f)
+	c.synced = append(c.synced, stages.HasSynced, promotions.HasSynced)
+	return nil
+}
+
+// HasSynced reports whether every informer has synced (for readiness).
+func (c *Controller) HasSynced() bool {
+	for _, s := range c.synced {
+		if !s() {
+			return false
+		}
+	}
+	return true
+}
+
+// Run starts the informers and workers, and blocks until ctx is done.
+func (c *Controller) Run(ctx context.Context) error {
+	logger := klog.FromContext(ctx)
+	if c.recorder == nil {
+		broadcaster := record.NewBroadcaster(record.WithContext(ctx))
+		broadcaster.StartStructuredLogging(4)
+		broadcaster.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: c.cfg.Kube.CoreV1().Events("")})
+		defer broadcaster.Shutdown()
+		c.recorder = broadcaster.NewRecorder(scheme.Scheme, corev1.EventSource{Component: FieldManager})
+	}
+	for _, f := range c.factories {
+		f.Start(ctx.Done())
+	}
+	defer func() {
+		for _, f := range c.factories {
+			f.Shutdown()
+		}
+	}()
+	if !cache.WaitForNamedCacheSyncWithContext(ctx, c.synced...) {
+		return errors.New("informer caches did not sync")
+	}
+	logger.Info("Caches synced; starting workers", "workers", c.cfg.Workers, "dryRun", c.cfg.DryRun)
+	w := &queue.Worker{
+		Queue:      c.queue,
+		Sync:       c.syncStage,
+		MaxRetries: maxRetries,
+		OnError:    func(cache.ObjectName, error) { c.cfg.Metrics.ReconcileErrors.Inc() },
+	}
+	w.Run(ctx, c.cfg.Workers)
+	return nil
+}
+
+// stageByKey reads a Stage from the informer cache of its namespace.
+func (c *Controller) stageByKey(key cache.ObjectName) (*kargo.Stage, bool, error) {
+	inf, ok := c.stages[key.Namespace]
+	if !ok {
+		inf = c.stages[metav1.NamespaceAll]
+	}
+	if inf == nil {
+		return nil, false, nil
+	}
+	obj, exists, err := inf.GetIndexer().GetByKey(key.String())
+	if err != nil || !exists {
+		return nil, false, err
+	}
+	s, ok := obj.(*kargo.Stage)
+	if !ok {
+		return nil, false, fmt.Errorf("cache holds %T for Stage %s", obj, key)
+	}
+	return s, true, nil
+}

@@ -1,0 +1,48 @@
+package controller
+
+import (
+	"reflect"
+
+	"k8s.io/client-go/tools/cache"
+
+	"github.com/kargo-latch/kargo-latch/kargo"
+)
+
+func (c *Controller) enqueueStage(obj any) {
+	if key, err := cache.DeletionHandlingObjectToName(obj); err == nil {
+		c.queue.Add(key)
+	}
+}
+
+// updateStage skips updates that change nothing kargo-latch reads: Kargo
+// rewrites conditions and health output on every pass. A resync (same
+// resourceVersion) always goes through.
+func (c *Controller) updateStage(oldObj, newObj any) {
+	o, ok1 := oldObj.(*kargo.Stage)
+	n, ok2 := newObj.(*kargo.Stage)
+	if ok1 && ok2 && o.ResourceVersion != n.ResourceVersion && sameView(o, n) {
+		return
+	}
+	c.enqueueStage(newObj)
+}
+
+func sameView(a, b *kargo.Stage) bool {
+	return a.HasVerification == b.HasVerification &&
+		reflect.DeepEqual(a.Labels, b.Labels) &&
+		reflect.DeepEqual(a.Annotations, b.Annotations) &&
+		reflect.DeepEqual(a.DeletionTimestamp, b.DeletionTimestamp) &&
+		reflect.DeepEqual(a.Status, b.Status)
+}
+
+// enqueuePromotionStage enqueues the Stage a Promotion is for. A Promotion
+// without spec.stage (Kargo's schema requires one) concerns no Stage.
+func (c *Controller) enqueuePromotionStage(obj any) {
+	if tomb, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+		obj = tomb.Obj
+	}
+	p, ok := obj.(*kargo.Promotion)
+	if !ok || p.Stage == "" {
+		return
+	}
+	c.queue.Add(cache.NewObjectName(p.Namespace, p.Stage))
+}

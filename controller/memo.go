@@ -1,0 +1,49 @@
+package controller
+
+import (
+	"sync"
+
+	"k8s.io/client-go/tools/cache"
+
+	"github.com/kargo-latch/kargo-latch/latch"
+)
+
+// memo is what the operator remembers of a Stage between syncs, in memory
+// only. None of it is needed for correctness after a restart: it keeps
+// reports (Events, counters) to one per change instead of one per sync.
+type memo struct {
+	health        latch.Health // last health seen, to count flaps once
+	configProblem string       // last invalid-settings message reported
+	badState      string       // last garbage record reported
+	badHealth     string       // last unknown health string reported
+	statusMissing bool         // a missing status was reported
+	// dryRunRecord stands in for the annotation in --dry-run, which writes
+	// nothing; nil when there is none.
+	dryRunRecord *latch.Record
+}
+
+type memos struct {
+	mu sync.Mutex
+	m  map[cache.ObjectName]*memo
+}
+
+func newMemos() *memos { return &memos{m: map[cache.ObjectName]*memo{}} }
+
+// get returns the memo of key, creating it. Each key is synced by one worker
+// at a time (the queue guarantees it), so the memo itself needs no lock.
+func (ms *memos) get(key cache.ObjectName) *memo {
+	ms.mu.Lock()
+	defer ms.mu.Unlock()
+	m, ok := ms.m[key]
+	if !ok {
+		m = &memo{}
+		ms.m[key] = m
+	}
+	return m
+}
+
+func (ms *memos) forget(key cache.ObjectName) {
+	ms.mu.Lock()
+	defer ms.mu.Unlock()
+	delete(ms.m, key)
+}

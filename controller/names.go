@@ -1,0 +1,28 @@
+package controller
+
+// Annotations and labels of kargo-latch's on Stages (see the contract,
+// "Per-Stage settings" and "Operator-owned marks").
+const (
+	// StateAnnotation holds the durable latch record as JSON.
+	StateAnnotation = "kargo-latch.io/state"
+
+	PauseOnFailureAnnotation = "kargo-latch.io/pause-on-failure"
+	LatchDeadlineAnnotation  = "kargo-latch.io/latch-deadline"
+	DegradedGraceAnnotation  = "kargo-latch.io/degraded-grace"
+	DrainOnPauseAnnotation   = "kargo-latch.io/drain-on-pause"
+)
+
+// FieldManager names kargo-latch's writes in managedFields.
+const FieldManager = "kargo-latch"
+
+// Event reasons. Warning reasons tell a person that an input was unusable.
+const (
+	ReasonHealthLatched  = "HealthLatched"
+	ReasonStageDegraded  = "StageDegraded"
+	ReasonStageRecovered = "StageRecovered"
+	ReasonLatchFailed    = "LatchFailed"
+	ReasonInvalidConfig  = "InvalidConfig"
+	ReasonInvalidState   = "InvalidState"
+	ReasonUnknownHealth  = "UnknownHealth"
+	ReasonStatusMissing  = "StatusMissing"
+)

@@ -1,0 +1,38 @@
+package controller
+
+import (
+	"strings"
+
+	"github.com/kargo-latch/kargo-latch/kargo"
+	"github.com/kargo-latch/kargo-latch/latch"
+)
+
+// observe turns a mirrored Stage into the latch's view of it. A health
+// string Kargo does not define reads as Unknown; it is returned in unknown
+// so that it can be reported.
+func observe(s *kargo.Stage, previous latch.Health) (obs latch.Observation, unknown string) {
+	obs.PreviousHealth = previous
+	st := s.Status
+	if st == nil {
+		return obs, ""
+	}
+	obs.PromotionRunning = st.CurrentPromotion != ""
+	obs.Health = latch.Health(st.Health)
+	if st.Health != "" && !kargo.KnownHealth(st.Health) {
+		obs.Health, unknown = latch.HealthUnknown, st.Health
+	}
+	obs.FreightID = st.FreightID
+	obs.Freight = strings.Join(st.FreightNames, ",")
+	if lp := st.LastPromotion; lp != nil && lp.Name != "" {
+		obs.LastPromotion = &latch.Promotion{
+			Name:       lp.Name,
+			Phase:      latch.PromotionPhase(lp.Phase),
+			FinishedAt: lp.FinishedAt,
+			Freight:    lp.Freight,
+		}
+	}
+	if v := st.Verification; v != nil {
+		obs.Verification = &latch.Verification{ID: v.ID, Phase: latch.VerificationPhase(v.Phase), Message: v.Message}
+	}
+	return obs, unknown
+}

@@ -1,0 +1,42 @@
+package kargo
+
+import "k8s.io/apimachinery/pkg/runtime/schema"
+
+// GroupVersion is the only version of Kargo's API.
+var GroupVersion = schema.GroupVersion{Group: "kargo.akuity.io", Version: "v1alpha1"}
+
+// Resources kargo-latch reads.
+var (
+	StagesResource     = GroupVersion.WithResource("stages")
+	PromotionsResource = GroupVersion.WithResource("promotions")
+)
+
+// Annotations of Kargo's that kargo-latch reads or writes.
+const (
+	// CreateActorAnnotation names who created a Promotion. Kargo's own
+	// auto-promotions have none, or one starting with "controller:".
+	CreateActorAnnotation = "kargo.akuity.io/create-actor"
+	// RefreshAnnotation on a Stage makes Kargo reconcile it at once.
+	RefreshAnnotation = "kargo.akuity.io/refresh"
+	// AbortAnnotation on a Promotion makes Kargo abort it.
+	AbortAnnotation = "kargo.akuity.io/abort"
+)
+
+// The values of status.health.status that Kargo defines. The CRD does not
+// enforce them, so anything else may appear and is read as Unknown.
+const (
+	HealthHealthy       = "Healthy"
+	HealthNotApplicable = "NotApplicable"
+	HealthProgressing   = "Progressing"
+	HealthUnknown       = "Unknown"
+	HealthUnhealthy     = "Unhealthy"
+)
+
+// KnownHealth reports whether s is a health value Kargo defines.
+func KnownHealth(s string) bool {
+	switch s {
+	case HealthHealthy, HealthNotApplicable, HealthProgressing, HealthUnknown, HealthUnhealthy:
+		return true
+	}
+	return false
+}

@@ -1,0 +1,154 @@
+package kargo
+
+import (
+	"slices"
+	"strings"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+)
+
+// OwnPrefix marks the labels and annotations that kargo-latch owns or reads;
+// the mirror keeps only these of a Stage's metadata.
+const OwnPrefix = "kargo-latch.io/"
+
+// Stage is the part of a Kargo Stage that kargo-latch reads.
+type Stage struct {
+	metav1.TypeMeta
+	metav1.ObjectMeta
+
+	// HasVerification is true when spec.verification is set.
+	HasVerification bool
+	// Status is nil when the Stage has no status at all (Kargo has not
+	// reconciled it yet).
+	Status *StageStatus
+}
+
+// StageStatus is the part of a Stage's status that kargo-latch reads.
+type StageStatus struct {
+	LastPromotion *PromotionReference
+	// CurrentPromotion names the Promotion running now, if any.
+	CurrentPromotion string
+	// Health is status.health.status verbatim; empty when absent.
+	Health string
+	// FreightID is freightHistory[0].id; FreightNames are the names of the
+	// Freight in that collection, sorted by origin.
+	FreightID    string
+	FreightNames []string
+	// Verification is freightHistory[0].verificationHistory[0].
+	Verification *VerificationInfo
+}
+
+// PromotionReference is status.lastPromotion.
+type PromotionReference struct {
+	Name       string
+	Phase      string
+	FinishedAt *time.Time
+	Freight    string
+}
+
+// VerificationInfo is one entry of a verificationHistory.
+type VerificationInfo struct {
+	ID      string
+	Phase   string
+	Message string
+}
+
+// DeepCopyObject implements runtime.Object, so that the informer cache can
+// hold Stages in this small form.
+func (s *Stage) DeepCopyObject() runtime.Object { return s.DeepCopy() }
+
+// DeepCopy returns a copy of s that shares no memory with it.
+func (s *Stage) DeepCopy() *Stage {
+	if s == nil {
+		return nil
+	}
+	c := &Stage{TypeMeta: s.TypeMeta, HasVerification: s.HasVerification}
+	s.ObjectMeta.DeepCopyInto(&c.ObjectMeta)
+	if s.Status != nil {
+		st := *s.Status
+		st.FreightNames = append([]string(nil), s.Status.FreightNames...)
+		if s.Status.LastPromotion != nil {
+			lp := *s.Status.LastPromotion
+			st.LastPromotion = &lp
+		}
+		if s.Status.Verification != nil {
+			v := *s.Status.Verification
+			st.Verification = &v
+		}
+		c.Status = &st
+	}
+	return c
+}
+
+// stageFromMap reads a Stage from its unstructured content. It never fails:
+// a missing or mistyped field reads as absent.
+func stageFromMap(obj map[string]any) *Stage {
+	s := &Stage{
+		TypeMeta:        metav1.TypeMeta{APIVersion: GroupVersion.String(), Kind: "Stage"},
+		ObjectMeta:      metaFromMap(obj, ownKeys),
+		HasVerification: field(obj, "spec", "verification") != nil,
+	}
+	status, ok := field(obj, "status").(map[string]any)
+	if !ok {
+		return s
+	}
+	st := &StageStatus{
+		CurrentPromotion: str(status, "currentPromotion", "name"),
+		Health:           str(status, "health", "status"),
+	}
+	if lp, ok := status["lastPromotion"].(map[string]any); ok {
+		st.LastPromotion = &PromotionReference{
+			Name:       str(lp, "name"),
+			Phase:      str(lp, "status", "phase"),
+			FinishedAt: timeAt(lp, "finishedAt"),
+			Freight:    str(lp, "freight", "name"),
+		}
+	}
+	if history, ok := status["freightHistory"].([]any); ok && len(history) > 0 {
+		if newest, ok := history[0].(map[string]any); ok {
+			st.FreightID = str(newest, "id")
+			st.FreightNames = freightNames(newest)
+			st.Verification = newestVerification(newest)
+		}
+	}
+	s.Status = st
+	return s
+}
+
+func freightNames(collection map[string]any) []string {
+	items, ok := collection["items"].(map[string]any)
+	if !ok {
+		return nil
+	}
+	keys := make([]string, 0, len(items))
+	for k := range items {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	var names []string
+	for _, k := range keys {
+		if item, ok := items[k].(map[string]any); ok {
+			if name := str(item, "name"); name != "" {
+				names = append(names, name)
+			}
+		}
+	}
+	return names
+}
+
+func newestVerification(collection map[string]any) *VerificationInfo {
+	history, ok := collection["verificationHistory"].([]any)
+	if !ok || len(history) == 0 {
+		return nil
+	}
+	v, ok := history[0].(map[string]any)
+	if !ok {
+		return nil
+	}
+	return &VerificationInfo{ID: str(v, "id"), Phase: str(v, "phase"), Message: str(v, "message")}
+}
+
+// ownKeys keeps kargo-latch's own labels and annotations.
+func ownKeys(key string) bool { return strings.HasPrefix(key, OwnPrefix) }

@@ -1,0 +1,114 @@
+package kargo
+
+import (
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/tools/cache"
+)
+
+// TransformStage is a cache.TransformFunc: it turns the unstructured Stages
+// of a dynamic informer into *Stage, dropping managedFields, foreign
+// annotations and every status field kargo-latch does not read.
+func TransformStage(obj any) (any, error) {
+	return transform(obj, stageFromMap)
+}
+
+// TransformPromotion is TransformStage for Promotions.
+func TransformPromotion(obj any) (any, error) {
+	return transform(obj, promotionFromMap)
+}
+
+// StageFromUnstructured converts one Stage outside an informer.
+func StageFromUnstructured(u *unstructured.Unstructured) *Stage { return stageFromMap(u.Object) }
+
+// PromotionFromUnstructured converts one Promotion outside an informer.
+func PromotionFromUnstructured(u *unstructured.Unstructured) *Promotion {
+	return promotionFromMap(u.Object)
+}
+
+func transform[T any](obj any, from func(map[string]any) T) (any, error) {
+	switch o := obj.(type) {
+	case *unstructured.Unstructured:
+		return from(o.Object), nil
+	case cache.DeletedFinalStateUnknown:
+		if u, ok := o.Obj.(*unstructured.Unstructured); ok {
+			o.Obj = from(u.Object)
+		}
+		return o, nil
+	}
+	// Already transformed: transforms may see an object twice.
+	return obj, nil
+}
+
+func metaFromMap(obj map[string]any, keep func(string) bool) metav1.ObjectMeta {
+	md, _ := obj["metadata"].(map[string]any)
+	m := metav1.ObjectMeta{
+		Name:            str(md, "name"),
+		Namespace:       str(md, "namespace"),
+		UID:             types.UID(str(md, "uid")),
+		ResourceVersion: str(md, "resourceVersion"),
+		Labels:          stringMap(md, "labels", keep),
+		Annotations:     stringMap(md, "annotations", keep),
+	}
+	if t := timeAt(md, "creationTimestamp"); t != nil {
+		m.CreationTimestamp = metav1.NewTime(*t)
+	}
+	if t := timeAt(md, "deletionTimestamp"); t != nil {
+		dt := metav1.NewTime(*t)
+		m.DeletionTimestamp = &dt
+	}
+	return m
+}
+
+// field walks nested maps without copying; nil when any step is missing.
+func field(obj map[string]any, path ...string) any {
+	var cur any = obj
+	for _, p := range path {
+		m, ok := cur.(map[string]any)
+		if !ok {
+			return nil
+		}
+		cur = m[p]
+	}
+	return cur
+}
+
+func str(obj map[string]any, path ...string) string {
+	s, _ := field(obj, path...).(string)
+	return s
+}
+
+func timeAt(obj map[string]any, path ...string) *time.Time {
+	s := str(obj, path...)
+	if s == "" {
+		return nil
+	}
+	t, err := time.Parse(time.RFC3339, s)
+	if err != nil {
+		return nil
+	}
+	return &t
+}
+
+func stringMap(obj map[string]any, key string, keep func(string) bool) map[string]string {
+	in, ok := obj[key].(map[string]any)
+	if !ok {
+		return nil
+	}
+	var out map[string]string
+	for k, v := range in {
+		s, ok := v.(string)
+		if !ok || !keep(k) {
+			continue
+		}
+		if out == nil {
+			out = map[string]string{}
+		}
+		out[k] = s
+	}
+	return out
+}
+

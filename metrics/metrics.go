@@ -1,0 +1,106 @@
+// Package metrics defines kargo-latch's Prometheus metrics. Names and labels
+// are part of the product's contract (dashboards and alert rules depend on
+// them), and everything registers on an injected Registerer.
+package metrics
+
+import (
+	"runtime"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// Namespace prefixes every metric name.
+const Namespace = "kargo_latch"
+
+// Recorder holds kargo-latch's metrics.
+type Recorder struct {
+	StagePhase         *prometheus.GaugeVec
+	FailuresTotal      *prometheus.CounterVec
+	ProgressingIgnored *prometheus.CounterVec
+	InvalidConfig      *prometheus.CounterVec
+	InvalidInput       *prometheus.CounterVec
+	ReconcileErrors    prometheus.Counter
+	ReconcileDuration  prometheus.Histogram
+	TimeToLatch        prometheus.Histogram
+	BuildInfo          *prometheus.GaugeVec
+}
+
+// Label names.
+const (
+	LabelProject = "project"
+	LabelStage   = "stage"
+	LabelPhase   = "phase"
+	LabelReason  = "reason"
+	LabelInput   = "input"
+)
+
+var stageLabels = []string{LabelProject, LabelStage}
+
+// New creates the metrics and registers them on reg.
+func New(reg prometheus.Registerer, version string) *Recorder {
+	r := &Recorder{
+		StagePhase: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Namespace: Namespace, Name: "stage_phase",
+			Help: "Latch phase of each Stage: 1 for the current phase, 0 for the others.",
+		}, []string{LabelProject, LabelStage, LabelPhase}),
+		FailuresTotal: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: Namespace, Name: "failures_total",
+			Help: "Latch cycles that failed, by reason.",
+		}, []string{LabelProject, LabelStage, LabelReason}),
+		ProgressingIgnored: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: Namespace, Name: "progressing_ignored_total",
+			Help: "Turns to Progressing of a latched Stage that the latch ignored.",
+		}, stageLabels),
+		InvalidConfig: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: Namespace, Name: "invalid_config_total",
+			Help: "Invalid kargo-latch.io/ setting annotations found (each new bad value once).",
+		}, stageLabels),
+		InvalidInput: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: Namespace, Name: "invalid_input_total",
+			Help: "Unusable input found on a Stage, by kind: state (a garbage record), health (an unknown health string), status (no status).",
+		}, []string{LabelProject, LabelStage, LabelInput}),
+		ReconcileErrors: prometheus.NewCounter(prometheus.CounterOpts{
+			Namespace: Namespace, Name: "reconcile_errors_total",
+			Help: "Stage syncs that failed and were retried or dropped.",
+		}),
+		ReconcileDuration: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Namespace: Namespace, Name: "reconcile_duration_seconds",
+			Help:    "Time to sync one Stage.",
+			Buckets: prometheus.ExponentialBuckets(0.0005, 4, 10),
+		}),
+		TimeToLatch: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Namespace: Namespace, Name: "time_to_latch_seconds",
+			Help:    "Time from a promotion's finish to the Stage's first Healthy.",
+			Buckets: []float64{1, 5, 15, 30, 60, 120, 300, 600, 1200, 1800, 3600},
+		}),
+		BuildInfo: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Namespace: Namespace, Name: "build_info",
+			Help: "Always 1; labels tell the version and the Go version kargo-latch was built with.",
+		}, []string{"version", "goversion"}),
+	}
+	reg.MustRegister(r.StagePhase, r.FailuresTotal, r.ProgressingIgnored, r.InvalidConfig, r.InvalidInput,
+		r.ReconcileErrors, r.ReconcileDuration, r.TimeToLatch, r.BuildInfo)
+	r.BuildInfo.WithLabelValues(version, runtime.Version()).Set(1)
+	return r
+}
+
+// SetPhase makes the phase gauge of one Stage one-hot on phase.
+func (r *Recorder) SetPhase(project, stage, phase string, all []string) {
+	for _, p := range all {
+		v := 0.0
+		if p == phase {
+			v = 1
+		}
+		r.StagePhase.WithLabelValues(project, stage, p).Set(v)
+	}
+}
+
+// ForgetStage removes every series of a deleted Stage.
+func (r *Recorder) ForgetStage(project, stage string) {
+	l := prometheus.Labels{LabelProject: project, LabelStage: stage}
+	for _, v := range []interface{ DeletePartialMatch(prometheus.Labels) int }{
+		r.StagePhase, r.FailuresTotal, r.ProgressingIgnored, r.InvalidConfig, r.InvalidInput,
+	} {
+		v.DeletePartialMatch(l)
+	}
+}

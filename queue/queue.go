@@ -1,0 +1,115 @@
+// Package queue is kargo-latch's typed, rate-limited workqueue of object
+// names, and the worker loop that drains it.
+package queue
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"time"
+
+	"golang.org/x/time/rate"
+	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/util/workqueue"
+	"k8s.io/klog/v2"
+	"k8s.io/utils/clock"
+)
+
+// Queue holds the names of objects that need a sync.
+type Queue = workqueue.TypedRateLimitingInterface[cache.ObjectName]
+
+// Backoff of a key whose sync fails: from a few milliseconds (a conflict
+// with Kargo's own write usually clears at once) up to two minutes, and at
+// most 50 retries a second overall so an outage is not hammered.
+const (
+	baseRetryDelay = 5 * time.Millisecond
+	maxRetryDelay  = 2 * time.Minute
+)
+
+// New returns a named queue. The name labels the queue's metrics; mp may be
+// nil for none, and clk is the clock delays are measured with.
+func New(name string, mp workqueue.MetricsProvider, clk clock.WithTicker) Queue {
+	limiter := workqueue.NewTypedMaxOfRateLimiter(
+		workqueue.NewTypedItemExponentialFailureRateLimiter[cache.ObjectName](baseRetryDelay, maxRetryDelay),
+		&workqueue.TypedBucketRateLimiter[cache.ObjectName]{Limiter: rate.NewLimiter(rate.Limit(50), 300)},
+	)
+	return workqueue.NewTypedRateLimitingQueueWithConfig(limiter, workqueue.TypedRateLimitingQueueConfig[cache.ObjectName]{
+		Name:            name,
+		MetricsProvider: mp,
+		Clock:           clk,
+	})
+}
+
+// SyncFunc brings one object to its wanted state. A positive requeueAfter
+// asks for another sync after that long even if nothing changes.
+type SyncFunc func(ctx context.Context, key cache.ObjectName) (requeueAfter time.Duration, err error)
+
+// Worker drains a Queue with a SyncFunc.
+type Worker struct {
+	Queue Queue
+	Sync  SyncFunc
+	// MaxRetries is how often a failing key is retried before it is
+	// dropped; it comes back with the next event or resync.
+	MaxRetries int
+	// OnError, if set, is told of every failed sync (for metrics).
+	OnError func(key cache.ObjectName, err error)
+}
+
+// Run starts n workers and blocks until ctx is done, then shuts the queue
+// down and waits for the workers to finish their current keys.
+func (w *Worker) Run(ctx context.Context, n int) {
+	var wg sync.WaitGroup
+	for range n {
+		wg.Go(func() {
+			for w.processNext(ctx) {
+			}
+		})
+	}
+	<-ctx.Done()
+	w.Queue.ShutDown()
+	wg.Wait()
+}
+
+func (w *Worker) processNext(ctx context.Context) bool {
+	key, shutdown := w.Queue.Get()
+	if shutdown {
+		return false
+	}
+	defer w.Queue.Done(key)
+
+	after, err := w.syncSafely(ctx, key)
+	switch {
+	case err == nil:
+		w.Queue.Forget(key)
+		if after > 0 {
+			w.Queue.AddAfter(key, after)
+		}
+	case w.Queue.NumRequeues(key) < w.MaxRetries:
+		w.report(key, err)
+		w.Queue.AddRateLimited(key)
+	default:
+		w.report(key, err)
+		w.Queue.Forget(key)
+		utilruntime.HandleErrorWithContext(ctx, err, "Dropping key after retries", "key", key, "retries", w.MaxRetries)
+	}
+	return true
+}
+
+func (w *Worker) report(key cache.ObjectName, err error) {
+	if w.OnError != nil {
+		w.OnError(key, err)
+	}
+}
+
+// syncSafely turns a panic in a sync into an error, so that one odd object
+// cannot take the operator down with every other Stage.
+func (w *Worker) syncSafely(ctx context.Context, key cache.ObjectName) (after time.Duration, err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			err = fmt.Errorf("panic syncing %s: %v", key, r)
+			klog.FromContext(ctx).Error(err, "Recovered from panic", "key", key)
+		}
+	}()
+	return w.Sync(ctx, key)
+}

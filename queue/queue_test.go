@@ -1,0 +1,103 @@
+package queue
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"testing"
+	"time"
+
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/utils/clock"
+)
+
+type recorder struct {
+	mu    sync.Mutex
+	calls map[cache.ObjectName]int
+	done  chan cache.ObjectName
+}
+
+func newRecorder() *recorder {
+	return &recorder{calls: map[cache.ObjectName]int{}, done: make(chan cache.ObjectName, 100)}
+}
+
+func (r *recorder) count(key cache.ObjectName) int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.calls[key]++
+	return r.calls[key]
+}
+
+func runWorker(t *testing.T, w *Worker) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	stopped := make(chan struct{})
+	go func() { w.Run(ctx, 2); close(stopped) }()
+	t.Cleanup(func() { cancel(); <-stopped })
+}
+
+func waitFor(t *testing.T, ch chan cache.ObjectName, want cache.ObjectName) {
+	t.Helper()
+	select {
+	case got := <-ch:
+		if got != want {
+			t.Fatalf("got key %v, want %v", got, want)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatalf("key %v was never handled", want)
+	}
+}
+
+func TestRetriesThenDrops(t *testing.T) {
+	rec := newRecorder()
+	key := cache.NewObjectName("ns", "flaky")
+	var errs []error
+	var mu sync.Mutex
+	w := &Worker{
+		Queue:      New("", nil, clock.RealClock{}),
+		MaxRetries: 3,
+		Sync: func(_ context.Context, k cache.ObjectName) (time.Duration, error) {
+			if rec.count(k) == 4 {
+				rec.done <- k
+			}
+			return 0, errors.New("boom")
+		},
+		OnError: func(_ cache.ObjectName, err error) { mu.Lock(); errs = append(errs, err); mu.Unlock() },
+	}
+	runWorker(t, w)
+	w.Queue.Add(key)
+	waitFor(t, rec.done, key)
+	// Give a fifth attempt the chance to happen if the cap were broken.
+	time.Sleep(200 * time.Millisecond)
+	if n := rec.count(key) - 1; n != 4 {
+		t.Errorf("sync ran %d times, want 1 + 3 retries", n)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(errs) != 4 {
+		t.Errorf("OnError saw %d errors, want 4", len(errs))
+	}
+}
+
+func TestRequeueAfterAndPanicRecovery(t *testing.T) {
+	rec := newRecorder()
+	key := cache.NewObjectName("ns", "timed")
+	w := &Worker{
+		Queue:      New("", nil, clock.RealClock{}),
+		MaxRetries: 5,
+		Sync: func(_ context.Context, k cache.ObjectName) (time.Duration, error) {
+			switch rec.count(k) {
+			case 1:
+				panic("odd object")
+			case 2:
+				return 50 * time.Millisecond, nil
+			default:
+				rec.done <- k
+				return 0, nil
+			}
+		},
+	}
+	runWorker(t, w)
+	w.Queue.Add(key)
+	waitFor(t, rec.done, key)
+}
