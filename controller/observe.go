@@ -8,8 +8,9 @@ import (
 )
 
 // observe turns a mirrored Stage into the latch's view of it. A health
-// string Kargo does not define reads as Unknown; it is returned in unknown
-// so that it can be reported.
+// string Kargo does not define reads as Unknown and is marked invalid, so
+// that it neither latches nor fails the Stage; it is returned in unknown so
+// that it can be reported.
 func observe(s *kargo.Stage, previous latch.Health) (obs latch.Observation, unknown string) {
 	obs.PreviousHealth = previous
 	st := s.Status
@@ -19,7 +20,7 @@ func observe(s *kargo.Stage, previous latch.Health) (obs latch.Observation, unkn
 	obs.PromotionRunning = st.CurrentPromotion != ""
 	obs.Health = latch.Health(st.Health)
 	if st.Health != "" && !kargo.KnownHealth(st.Health) {
-		obs.Health, unknown = latch.HealthUnknown, st.Health
+		obs.Health, obs.HealthInvalid, unknown = latch.HealthUnknown, true, st.Health
 	}
 	obs.FreightID = st.FreightID
 	obs.Freight = strings.Join(st.FreightNames, ",")

@@ -152,7 +152,7 @@ func (c *Controller) reportHealth(stage *kargo.Stage, m *memo, unknown string) {
 	if unknown == "" {
 		return
 	}
-	c.warn(stage, ReasonUnknownHealth, "Stage health %q is not one Kargo defines; treating it as Unknown", unknown)
+	c.warn(stage, ReasonUnknownHealth, "Stage health %q is not one Kargo defines; the latch holds its phase until Kargo reports a known health", unknown)
 	c.cfg.Metrics.InvalidInput.WithLabelValues(stage.Namespace, stage.Name, "health").Inc()
 }
 
@@ -175,7 +175,7 @@ func (c *Controller) reportActions(stage *kargo.Stage, res latch.Result) {
 		case latch.ActionProgressingIgnored:
 			c.cfg.Metrics.ProgressingIgnored.WithLabelValues(stage.Namespace, stage.Name).Inc()
 		case latch.ActionCycleStarted:
-			// The promotion itself is Kargo's news; only logged.
+			// Kargo announces promotions itself; nothing to add.
 		}
 	}
 }

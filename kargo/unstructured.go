@@ -111,4 +111,3 @@ func stringMap(obj map[string]any, key string, keep func(string) bool) map[strin
 	}
 	return out
 }
-

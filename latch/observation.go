@@ -78,8 +78,12 @@ type Observation struct {
 	// PromotionRunning is true while status.currentPromotion is set.
 	PromotionRunning bool
 	// Health is status.health.status. Strings Kargo does not define must be
-	// mapped to HealthUnknown by the caller.
+	// mapped to HealthUnknown by the caller, which also sets HealthInvalid.
 	Health Health
+	// HealthInvalid marks a health string Kargo does not define. Such a
+	// value is garbage: it never latches a Stage, and never degrades or
+	// fails one either; the phase holds as while Kargo does not judge health.
+	HealthInvalid bool
 	// PreviousHealth is the health the caller saw on its previous look at
 	// this Stage, if it remembers one. It only serves to count Progressing
 	// flaps once each; it is never persisted, so flaps cause no writes.

@@ -40,10 +40,11 @@ func (m *machine) act(a Action) { m.actions = append(m.actions, a) }
 
 // healthJudged reports whether Kargo's health means anything now. While a
 // promotion runs, or after one that did not succeed, Kargo reports Unknown by
-// construction, so the phase holds.
+// construction, so the phase holds; so it does for a health string Kargo
+// does not define.
 func (m *machine) healthJudged() bool {
 	lp := m.obs.LastPromotion
-	return lp != nil && lp.Phase == PromotionSucceeded && !m.obs.PromotionRunning
+	return lp != nil && lp.Phase == PromotionSucceeded && !m.obs.PromotionRunning && !m.obs.HealthInvalid
 }
 
 func (m *machine) baseline() {

@@ -262,6 +262,18 @@ func TestStep(t *testing.T) {
 			now:   at(minutes(20)),
 			want:  Result{Record: degraded(minutes(3))},
 		},
+		"Latched holds on a health string Kargo does not define": {
+			prior: latched(),
+			obs:   with(stageAfterP1(HealthUnknown), func(o *Observation) { o.HealthInvalid = true }),
+			now:   at(minutes(20)),
+			want:  Result{Record: latched()},
+		},
+		"Promoted does not latch on an invalid health string and its deadline runs": {
+			prior: promoted(),
+			obs:   with(stageAfterP1(HealthUnknown), func(o *Observation) { o.HealthInvalid = true }),
+			now:   at(minutes(2)),
+			want:  Result{Record: promoted(), RequeueAfter: minutes(28)},
+		},
 		"Latched holds while a promotion runs": {
 			prior: latched(),
 			obs:   with(stageAfterP1(HealthUnknown), func(o *Observation) { o.PromotionRunning = true }),

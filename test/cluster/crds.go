@@ -1,0 +1,113 @@
+package cluster
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/client-go/dynamic"
+	"sigs.k8s.io/yaml"
+)
+
+var crdResource = schema.GroupVersionResource{Group: "apiextensions.k8s.io", Version: "v1", Resource: "customresourcedefinitions"}
+
+// KargoCRDDir is where Kargo's real CRDs are: $KARGO_CRDS_DIR, else
+// ../shared/kargo-crds beside the repository when it exists, else the
+// project's own minimal CRDs under test/crds.
+func KargoCRDDir(root string) (dir string, real bool) {
+	if d := os.Getenv("KARGO_CRDS_DIR"); d != "" {
+		return d, true
+	}
+	shared := filepath.Join(root, "..", "shared", "kargo-crds")
+	if fileExists(shared) {
+		return shared, true
+	}
+	return filepath.Join(root, "test", "crds"), false
+}
+
+func (c *Cluster) installCRDs(ctx context.Context) error {
+	dir, real := KargoCRDDir(c.Root)
+	c.CRDSource = "Kargo's real CRDs from " + dir
+	if !real {
+		c.CRDSource = "kargo-latch's minimal stand-in CRDs from " + dir
+	}
+	client, err := dynamic.NewForConfig(c.Config)
+	if err != nil {
+		return err
+	}
+	return InstallCRDs(ctx, client, dir)
+}
+
+// InstallCRDs creates every CRD in the YAML files of dir (or updates it)
+// and waits until all are established.
+func InstallCRDs(ctx context.Context, client dynamic.Interface, dir string) error {
+	files, err := filepath.Glob(filepath.Join(dir, "*.yaml"))
+	if err != nil {
+		return err
+	}
+	if len(files) == 0 {
+		return fmt.Errorf("no CRD files in %s", dir)
+	}
+	crds := client.Resource(crdResource)
+	var names []string
+	for _, f := range files {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			return err
+		}
+		for _, doc := range strings.Split(string(b), "\n---") {
+			obj := &unstructured.Unstructured{}
+			if err := yaml.Unmarshal([]byte(doc), &obj.Object); err != nil {
+				return fmt.Errorf("%s: %w", f, err)
+			}
+			if obj.GetKind() != "CustomResourceDefinition" {
+				continue
+			}
+			_, err := crds.Create(ctx, obj, metav1.CreateOptions{})
+			if apierrors.IsAlreadyExists(err) {
+				cur, getErr := crds.Get(ctx, obj.GetName(), metav1.GetOptions{})
+				if getErr != nil {
+					return getErr
+				}
+				obj.SetResourceVersion(cur.GetResourceVersion())
+				_, err = crds.Update(ctx, obj, metav1.UpdateOptions{})
+			}
+			if err != nil {
+				return fmt.Errorf("installing CRD %s: %w", obj.GetName(), err)
+			}
+			names = append(names, obj.GetName())
+		}
+	}
+	for _, name := range names {
+		if err := waitEstablished(ctx, crds, name); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func waitEstablished(ctx context.Context, crds dynamic.NamespaceableResourceInterface, name string) error {
+	deadline := time.Now().Add(30 * time.Second)
+	for time.Now().Before(deadline) {
+		crd, err := crds.Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		conds, _, _ := unstructured.NestedSlice(crd.Object, "status", "conditions")
+		for _, cond := range conds {
+			m, _ := cond.(map[string]any)
+			if m["type"] == "Established" && m["status"] == "True" {
+				return nil
+			}
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	return fmt.Errorf("CRD %s not established after 30s", name)
+}
