@@ -47,15 +47,15 @@ func main() {
 		os.Exit(2)
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
-	defer stop()
-	logger := klog.FromContext(ctx)
-	ctx = klog.NewContext(ctx, logger)
-	if err := run(ctx, opts); err != nil {
-		logger.Error(err, "kargo-latch stopped")
-		klog.Flush()
-		os.Exit(1)
+	err = run(ctx, opts)
+	stop()
+	if err != nil {
+		klog.FromContext(ctx).Error(err, "kargo-latch stopped")
 	}
 	klog.Flush()
+	if err != nil {
+		os.Exit(1)
+	}
 }
 
 func parseFlags(args []string) (*options, error) {

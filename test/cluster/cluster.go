@@ -28,7 +28,7 @@ import (
 )
 
 // AdminToken is the bearer token of the cluster's admin (system:masters).
-const AdminToken = "kargo-latch-test-admin"
+const AdminToken = "kargo-latch-test-admin" //nolint:gosec // a throwaway loopback test cluster
 
 // Cluster is a running etcd and kube-apiserver.
 type Cluster struct {

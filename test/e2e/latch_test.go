@@ -101,10 +101,10 @@ func TestDegradedPastGraceFails(t *testing.T) {
 
 	must(t, s.SetHealth(ctx, kargo.HealthUnhealthy, `Argo CD Application "app" in namespace "argocd" has health state "Degraded"`))
 	degradedAt := time.Now()
-	r := waitPhase(t, s, latch.PhaseDegraded)
+	waitPhase(t, s, latch.PhaseDegraded)
 	waitEvent(t, s, controller.ReasonStageDegraded)
 	// No further write from "Kargo": the grace must expire by itself.
-	r = waitPhase(t, s, latch.PhaseFailed)
+	r := waitPhase(t, s, latch.PhaseFailed)
 	if r.Failure.Reason != latch.ReasonDegraded {
 		t.Errorf("failure reason = %s, want Degraded", r.Failure.Reason)
 	}
