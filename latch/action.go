@@ -21,13 +21,23 @@ const (
 	// ActionProgressingIgnored: a latched Stage turned Progressing and the
 	// latch held.
 	ActionProgressingIgnored ActionKind = "ProgressingIgnored"
+	// ActionCreatePause: create the StagePause named Pause for this failure
+	// (pause-on-failure). The record already names it, so the request is
+	// made once per failure.
+	ActionCreatePause ActionKind = "CreatePause"
+	// ActionPaused: the first StagePause, Pause, now covers the Stage.
+	ActionPaused ActionKind = "Paused"
+	// ActionResumed: the last StagePause covering the Stage is gone.
+	ActionResumed ActionKind = "Resumed"
 )
 
 // Action is one consequence of a Step.
 type Action struct {
 	Kind    ActionKind
-	Reason  FailureReason // for ActionFailed
+	Reason  FailureReason // for ActionFailed and ActionCreatePause
 	Message string
+	// Pause names the StagePause of ActionCreatePause and ActionPaused.
+	Pause string
 	// TimeToLatch is set on ActionLatched for a cycle the operator watched
 	// from its start: the time from the promotion's finish to the latch.
 	TimeToLatch time.Duration

@@ -19,6 +19,7 @@ func observationsFrom(data []byte) (Settings, []Observation, []time.Duration) {
 		return b
 	}
 	s := Settings{LatchDeadline: time.Duration(next()%4) * time.Minute, DegradedGrace: time.Duration(next()%4) * time.Minute}
+	s.PauseOnFailure = s.LatchDeadline%(2*time.Minute) == 0
 	phases := []PromotionPhase{PromotionSucceeded, PromotionFailed, PromotionErrored, PromotionAborted, "Running", "Bogus"}
 	healths := []Health{HealthMissing, HealthHealthy, HealthNotApplicable, HealthProgressing, HealthUnknown, HealthUnhealthy}
 	verifications := []VerificationPhase{VerificationSuccessful, VerificationFailed, VerificationError, VerificationPending, VerificationRunning, "Inconclusive"}
@@ -26,7 +27,10 @@ func observationsFrom(data []byte) (Settings, []Observation, []time.Duration) {
 	var steps []time.Duration
 	for len(data) > 0 && len(obs) < 64 {
 		p, h, f, v, dt := next(), next(), next(), next(), next()
-		o := Observation{Health: healths[int(h)%len(healths)], PromotionRunning: f&0x80 != 0}
+		o := Observation{Stage: "s", Health: healths[int(h)%len(healths)], PromotionRunning: f&0x80 != 0}
+		if v&0x80 != 0 {
+			o.Pauses = []string{"pause-" + fmt.Sprint(v%3)}
+		}
 		if p%7 != 0 {
 			finished := time.Duration(p%5) * time.Minute
 			o.LastPromotion = &Promotion{Name: fmt.Sprintf("p%d", p%7), Phase: phases[int(p/7)%len(phases)], Freight: "f"}
@@ -80,6 +84,12 @@ func checkInvariants(t *testing.T, s Settings, prior Record, o Observation, now 
 		if a.Kind == ActionFailed && a.Reason == "" {
 			t.Fatalf("ActionFailed without a reason: %+v", a)
 		}
+		if a.Kind == ActionCreatePause && (r.Failure == nil || r.Failure.Pause != a.Pause || !s.PauseOnFailure) {
+			t.Fatalf("asked for pause %q but the record's failure is %+v", a.Pause, r.Failure)
+		}
+	}
+	if (len(prior.Pauses) == 0) != (len(r.Pauses) == 0) && !hasAction(res, ActionPaused) && !hasAction(res, ActionResumed) {
+		t.Fatalf("pauses went from %v to %v without a Paused or Resumed action", prior.Pauses, r.Pauses)
 	}
 
 	// The record survives its own encoding.

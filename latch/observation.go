@@ -71,8 +71,12 @@ func (v *Verification) terminal() bool {
 		v.Phase != VerificationPending && v.Phase != VerificationRunning
 }
 
-// Observation is one look at a Stage's status.
+// Observation is one look at a Stage's status and the pauses covering it.
 type Observation struct {
+	// Stage is the Stage's name; it names the pauses the machine asks for.
+	Stage string
+	// Pauses names the StagePauses that cover the Stage now, sorted.
+	Pauses []string
 	// LastPromotion is status.lastPromotion, nil when the Stage has none.
 	LastPromotion *Promotion
 	// PromotionRunning is true while status.currentPromotion is set.

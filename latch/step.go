@@ -4,6 +4,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
+	"strings"
 	"time"
 )
 
@@ -25,6 +26,7 @@ func Step(s Settings, prior Record, obs Observation, now time.Time) Result {
 	}
 	m.judgeHealth()
 	m.checkDeadlines()
+	m.trackPauses(prior.Pauses)
 	return Result{Record: m.rec, Actions: m.actions, RequeueAfter: m.requeueAfter()}
 }
 
@@ -253,12 +255,53 @@ func (m *machine) beginCycle(lp *Promotion) {
 }
 
 // fail ends the cycle. A cycle fails once; later failures add nothing.
+// With pause-on-failure, the failure names its pause in the record and asks
+// for it; the record, once stored, is what makes that happen only once.
 func (m *machine) fail(reason FailureReason, msg string) {
 	if m.rec.Phase == PhaseFailed {
 		return
 	}
 	m.markFailed(reason, msg)
 	m.act(Action{Kind: ActionFailed, Reason: reason, Message: msg})
+	if m.settings.PauseOnFailure && m.obs.Stage != "" {
+		name := m.pauseName(reason)
+		m.rec.Failure.Pause = name
+		m.act(Action{Kind: ActionCreatePause, Reason: reason, Message: msg, Pause: name})
+	}
+}
+
+// pauseName derives the name of a failure's StagePause from what identifies
+// the failure: the Stage, the reason, and the failed promotion or the cycle.
+// It does not depend on the time, so a failure judged again after a crash
+// asks for the same pause.
+func (m *machine) pauseName(reason FailureReason) string {
+	subject := m.rec.Promotion + "\x00" + m.rec.FreightID
+	if reason == ReasonPromotionFailed || reason == ReasonPromotionErrored {
+		subject = m.rec.ExaminedPromotion
+	}
+	sum := sha256.Sum256([]byte(m.obs.Stage + "\x00" + string(reason) + "\x00" + subject))
+	suffix := "-" + strings.ToLower(string(reason)) + "-" + hex.EncodeToString(sum[:4])
+	const maxName = 253
+	stage := m.obs.Stage
+	if len(stage)+len(suffix) > maxName {
+		stage = strings.TrimRight(stage[:maxName-len(suffix)], ".-")
+	}
+	return stage + suffix
+}
+
+// trackPauses mirrors the covering pauses into the record, and reports the
+// Stage becoming paused or resumed.
+func (m *machine) trackPauses(before []string) {
+	m.rec.Pauses = nil
+	if len(m.obs.Pauses) > 0 {
+		m.rec.Pauses = append([]string(nil), m.obs.Pauses...)
+	}
+	switch {
+	case len(before) == 0 && len(m.rec.Pauses) > 0:
+		m.act(Action{Kind: ActionPaused, Pause: m.rec.Pauses[0], Message: "paused by StagePause " + m.rec.Pauses[0]})
+	case len(before) > 0 && len(m.rec.Pauses) == 0:
+		m.act(Action{Kind: ActionResumed, Message: "the last StagePause covering the Stage is gone"})
+	}
 }
 
 func (m *machine) markFailed(reason FailureReason, msg string) {

@@ -1,6 +1,7 @@
 package latch
 
 import (
+	"strings"
 	"testing"
 	"time"
 
@@ -395,7 +396,7 @@ func TestStep(t *testing.T) {
 				r.Pauses = []string{"stage-degraded"}
 				return r
 			}(),
-			obs: Observation{LastPromotion: promo("p2", PromotionSucceeded, minutes(20)), FreightID: "F2", Freight: "f-p2", Health: HealthHealthy},
+			obs: Observation{LastPromotion: promo("p2", PromotionSucceeded, minutes(20)), FreightID: "F2", Freight: "f-p2", Health: HealthHealthy, Pauses: []string{"stage-degraded"}},
 			now: at(minutes(21)),
 			want: Result{
 				Record: func() Record {
@@ -411,6 +412,47 @@ func TestStep(t *testing.T) {
 					{Kind: ActionCycleStarted, Message: "new cycle for promotion p2"},
 					{Kind: ActionLatched, Message: "Stage became Healthy after promotion p2", TimeToLatch: minutes(1)},
 				},
+			},
+		},
+		"a failure with pause-on-failure names its pause and asks for it": {
+			settings: Settings{LatchDeadline: minutes(30), DegradedGrace: minutes(5), PauseOnFailure: true},
+			prior:    degraded(minutes(3)),
+			obs:      with(stageAfterP1(HealthUnhealthy), func(o *Observation) { o.Stage = "prod" }),
+			now:      at(minutes(8)),
+			want: Result{
+				Record: func() Record {
+					r := failedAt(degraded(minutes(3)), minutes(8), ReasonDegraded, "Stage health stayed Unhealthy for 5m0s after the latch")
+					r.Failure.Pause = "prod-degraded-42a3aacd"
+					return r
+				}(),
+				Actions: []Action{
+					{Kind: ActionFailed, Reason: ReasonDegraded, Message: "Stage health stayed Unhealthy for 5m0s after the latch"},
+					{Kind: ActionCreatePause, Reason: ReasonDegraded, Message: "Stage health stayed Unhealthy for 5m0s after the latch", Pause: "prod-degraded-42a3aacd"},
+				},
+			},
+		},
+		"a pause appearing pauses the Stage": {
+			prior: latched(),
+			obs:   with(stageAfterP1(HealthHealthy), func(o *Observation) { o.Pauses = []string{"a", "b"} }),
+			now:   at(minutes(4)),
+			want: Result{
+				Record:  func() Record { r := latched(); r.Pauses = []string{"a", "b"}; return r }(),
+				Actions: []Action{{Kind: ActionPaused, Pause: "a", Message: "paused by StagePause a"}},
+			},
+		},
+		"one of two pauses going keeps the Stage paused": {
+			prior: func() Record { r := latched(); r.Pauses = []string{"a", "b"}; return r }(),
+			obs:   with(stageAfterP1(HealthHealthy), func(o *Observation) { o.Pauses = []string{"b"} }),
+			now:   at(minutes(4)),
+			want:  Result{Record: func() Record { r := latched(); r.Pauses = []string{"b"}; return r }()},
+		},
+		"the last pause going resumes the Stage": {
+			prior: func() Record { r := latched(); r.Pauses = []string{"b"}; return r }(),
+			obs:   stageAfterP1(HealthHealthy),
+			now:   at(minutes(4)),
+			want: Result{
+				Record:  latched(),
+				Actions: []Action{{Kind: ActionResumed, Message: "the last StagePause covering the Stage is gone"}},
 			},
 		},
 	}
@@ -466,5 +508,24 @@ func TestRecordIDsAreStableAndDistinct(t *testing.T) {
 	}
 	if a.Record.Verification.ID == c.Record.Verification.ID {
 		t.Errorf("different judgements share ID %q", a.Record.Verification.ID)
+	}
+}
+
+func TestPauseNamesAreStableAndValid(t *testing.T) {
+	s := Settings{LatchDeadline: minutes(30), DegradedGrace: minutes(5), PauseOnFailure: true}
+	obs := with(stageAfterP1(HealthUnhealthy), func(o *Observation) { o.Stage = "prod" })
+	a := Step(s, degraded(minutes(3)), obs, at(minutes(8)))
+	b := Step(s, degraded(minutes(3)), obs, at(minutes(9)))
+	if a.Record.Failure.Pause == "" || a.Record.Failure.Pause != b.Record.Failure.Pause {
+		t.Errorf("the same failure judged at two times named pauses %q and %q", a.Record.Failure.Pause, b.Record.Failure.Pause)
+	}
+	long := with(obs, func(o *Observation) { o.Stage = strings.Repeat("s", 253) })
+	name := Step(s, degraded(minutes(3)), long, at(minutes(8))).Record.Failure.Pause
+	if len(name) > 253 || !strings.HasSuffix(name, a.Record.Failure.Pause[len("prod"):len("prod-degraded-")]+name[len(name)-8:]) {
+		t.Errorf("pause name for a long Stage name is %d long: %q", len(name), name)
+	}
+	other := Step(s, degraded(minutes(3)), with(obs, func(o *Observation) { o.Stage = "qa" }), at(minutes(8)))
+	if other.Record.Failure.Pause == a.Record.Failure.Pause {
+		t.Errorf("two Stages share the pause name %q", a.Record.Failure.Pause)
 	}
 }

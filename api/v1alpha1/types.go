@@ -1,0 +1,104 @@
+// Package v1alpha1 holds kargo-latch's own API: the StagePause kind
+// (stagepauses.kargo-latch.io). Its CRD is manifests/crds; a test keeps the
+// two in step.
+package v1alpha1
+
+import (
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+)
+
+// GroupVersion of kargo-latch's API.
+var GroupVersion = schema.GroupVersion{Group: "kargo-latch.io", Version: "v1alpha1"}
+
+// StagePausesResource is the resource of StagePause objects.
+var StagePausesResource = GroupVersion.WithResource("stagepauses")
+
+// AllStages in spec.stage pauses every Stage of the project.
+const AllStages = "*"
+
+// Reasons kargo-latch itself uses; a failure's reason is used as is.
+const (
+	ReasonManual       = "Manual"
+	ReasonProjectPause = "ProjectPause"
+)
+
+// Labels every StagePause carries, so that pauses can be listed by Stage
+// and reason.
+const (
+	StageLabel  = "kargo-latch.io/stage"
+	ReasonLabel = "kargo-latch.io/reason"
+)
+
+// StagePause pauses a Stage, or every Stage of its project, while it
+// exists. Deleting it resumes.
+type StagePause struct {
+	metav1.TypeMeta   `json:",inline"`
+	metav1.ObjectMeta `json:"metadata,omitempty"`
+
+	Spec   StagePauseSpec   `json:"spec"`
+	Status StagePauseStatus `json:"status,omitempty"`
+}
+
+// StagePauseSpec says what is paused and why. It is immutable.
+type StagePauseSpec struct {
+	// Stage is a Stage name in this namespace, or "*" for all of them.
+	Stage string `json:"stage"`
+	// Reason is Manual, ProjectPause, or a failure reason such as
+	// PromotionFailed or Degraded. Empty reads as Manual.
+	Reason string `json:"reason,omitempty"`
+	// Message is free text for people.
+	Message string `json:"message,omitempty"`
+}
+
+// StagePauseStatus is written by the operator.
+type StagePauseStatus struct {
+	// Since is when the pause took effect.
+	Since *metav1.Time `json:"since,omitempty"`
+	// Drained names the Promotions aborted when the pause took effect.
+	Drained []string `json:"drained,omitempty"`
+	// Stages is how many Stages the pause covers now.
+	Stages int32 `json:"stages"`
+	// Conditions: Active says whether the pause covers any Stage now.
+	Conditions []metav1.Condition `json:"conditions,omitempty"`
+}
+
+// ConditionActive is True while the pause covers at least one Stage.
+const ConditionActive = "Active"
+
+// Covers reports whether the pause applies to the Stage named stage.
+func (p *StagePause) Covers(stage string) bool {
+	return p.Spec.Stage == AllStages || p.Spec.Stage == stage
+}
+
+// EffectiveReason is the reason, with Manual for an empty one.
+func (p *StagePause) EffectiveReason() string {
+	if p.Spec.Reason == "" {
+		return ReasonManual
+	}
+	return p.Spec.Reason
+}
+
+// DeepCopyObject implements runtime.Object.
+func (p *StagePause) DeepCopyObject() runtime.Object { return p.DeepCopy() }
+
+// DeepCopy returns a copy of p that shares no memory with it.
+func (p *StagePause) DeepCopy() *StagePause {
+	if p == nil {
+		return nil
+	}
+	c := &StagePause{TypeMeta: p.TypeMeta, Spec: p.Spec}
+	p.ObjectMeta.DeepCopyInto(&c.ObjectMeta)
+	c.Status.Stages = p.Status.Stages
+	if p.Status.Since != nil {
+		c.Status.Since = p.Status.Since.DeepCopy()
+	}
+	c.Status.Drained = append([]string(nil), p.Status.Drained...)
+	for _, cond := range p.Status.Conditions {
+		var cc metav1.Condition
+		cond.DeepCopyInto(&cc)
+		c.Status.Conditions = append(c.Status.Conditions, cc)
+	}
+	return c
+}
