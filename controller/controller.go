@@ -24,6 +24,7 @@ import (
 	"k8s.io/klog/v2"
 	"k8s.io/utils/clock"
 
+	"github.com/kargo-latch/kargo-latch/api/v1alpha1"
 	"github.com/kargo-latch/kargo-latch/kargo"
 	"github.com/kargo-latch/kargo-latch/latch"
 	"github.com/kargo-latch/kargo-latch/metrics"
@@ -63,17 +64,24 @@ type Config struct {
 
 // Controller reconciles Kargo Stages.
 type Controller struct {
-	cfg      Config
-	clock    clock.WithTicker
-	queue    queue.Queue
-	recorder record.EventRecorder
-	memos    *memos
+	cfg   Config
+	clock clock.WithTicker
+	queue queue.Queue // Stages to sync
+	// pauseQueue holds StagePauses whose status needs a look.
+	pauseQueue queue.Queue
+	recorder   record.EventRecorder
+	memos      *memos
 
-	stages     map[string]cache.SharedIndexInformer // by namespace; "" for all
-	promotions map[string]cache.SharedIndexInformer
-	factories  []dynamicinformer.DynamicSharedInformerFactory
-	synced     []cache.InformerSynced
+	// Informers by namespace; the key "" holds an all-namespaces informer.
+	stageInformers     map[string]cache.SharedIndexInformer
+	promotionInformers map[string]cache.SharedIndexInformer
+	pauseInformers     map[string]cache.SharedIndexInformer
+	factories          []dynamicinformer.DynamicSharedInformerFactory
+	synced             []cache.InformerSynced
 }
+
+// promotionsByStage indexes Promotions by namespace and spec.stage.
+const promotionsByStage = "stage"
 
 // maxRetries bounds the retries of a failing Stage before its key is
 // dropped until the next event or resync.
@@ -100,13 +108,15 @@ func New(cfg Config) (*Controller, error) {
 		cfg.StatusMissingAfter = time.Minute
 	}
 	c := &Controller{
-		cfg:        cfg,
-		clock:      cfg.Clock,
-		queue:      queue.New("stages", cfg.QueueMetrics, cfg.Clock),
-		recorder:   cfg.Recorder,
-		memos:      newMemos(),
-		stages:     map[string]cache.SharedIndexInformer{},
-		promotions: map[string]cache.SharedIndexInformer{},
+		cfg:                cfg,
+		clock:              cfg.Clock,
+		queue:              queue.New("stages", cfg.QueueMetrics, cfg.Clock),
+		pauseQueue:         queue.New("stagepauses", cfg.QueueMetrics, cfg.Clock),
+		recorder:           cfg.Recorder,
+		memos:              newMemos(),
+		stageInformers:     map[string]cache.SharedIndexInformer{},
+		promotionInformers: map[string]cache.SharedIndexInformer{},
+		pauseInformers:     map[string]cache.SharedIndexInformer{},
 	}
 	namespaces := cfg.Namespaces
 	if len(namespaces) == 0 {
@@ -124,30 +134,62 @@ func (c *Controller) watchNamespace(ns string) error {
 	f := dynamicinformer.NewFilteredDynamicSharedInformerFactory(c.cfg.Dynamic, c.cfg.Resync, ns, nil)
 	stages := f.ForResource(kargo.StagesResource).Informer()
 	promotions := f.ForResource(kargo.PromotionsResource).Informer()
-	if err := stages.SetTransform(kargo.TransformStage); err != nil {
-		return fmt.Errorf("stage informer: %w", err)
+	pauses := f.ForResource(v1alpha1.StagePausesResource).Informer()
+	for inf, transform := range map[cache.SharedIndexInformer]cache.TransformFunc{
+		stages: kargo.TransformStage, promotions: kargo.TransformPromotion, pauses: transformPause,
+	} {
+		if err := inf.SetTransform(transform); err != nil {
+			return fmt.Errorf("setting an informer transform: %w", err)
+		}
 	}
-	if err := promotions.SetTransform(kargo.TransformPromotion); err != nil {
-		return fmt.Errorf("promotion informer: %w", err)
+	if err := promotions.AddIndexers(cache.Indexers{promotionsByStage: promotionStageIndex}); err != nil {
+		return fmt.Errorf("promotion index: %w", err)
 	}
-	if _, err := stages.AddEventHandler(cache.ResourceEventHandlerFuncs{
-		AddFunc:    c.enqueueStage,
-		UpdateFunc: c.updateStage,
-		DeleteFunc: c.enqueueStage,
-	}); err != nil {
-		return fmt.Errorf("stage handler: %w", err)
+	handlers := []struct {
+		inf cache.SharedIndexInformer
+		h   cache.ResourceEventHandler
+	}{
+		{stages, cache.ResourceEventHandlerFuncs{
+			AddFunc:    func(obj any) { c.enqueueStage(obj); c.enqueuePausesOf(obj) },
+			UpdateFunc: c.updateStage,
+			DeleteFunc: func(obj any) { c.enqueueStage(obj); c.enqueuePausesOf(obj) },
+		}},
+		{promotions, cache.ResourceEventHandlerFuncs{
+			AddFunc:    c.enqueuePromotionStage,
+			UpdateFunc: func(_, obj any) { c.enqueuePromotionStage(obj) },
+			DeleteFunc: c.enqueuePromotionStage,
+		}},
+		{pauses, cache.ResourceEventHandlerFuncs{
+			AddFunc:    c.enqueuePause,
+			UpdateFunc: func(_, obj any) { c.enqueuePause(obj) },
+			DeleteFunc: c.enqueuePause,
+		}},
 	}
-	if _, err := promotions.AddEventHandler(cache.ResourceEventHandlerFuncs{
-		AddFunc:    c.enqueuePromotionStage,
-		UpdateFunc: func(_, obj any) { c.enqueuePromotionStage(obj) },
-		DeleteFunc: c.enqueuePromotionStage,
-	}); err != nil {
-		return fmt.Errorf("promotion handler: %w", err)
+	for _, h := range handlers {
+		if _, err := h.inf.AddEventHandler(h.h); err != nil {
+			return fmt.Errorf("adding an event handler: %w", err)
+		}
 	}
-	c.stages[ns], c.promotions[ns] = stages, promotions
+	c.stageInformers[ns], c.promotionInformers[ns], c.pauseInformers[ns] = stages, promotions, pauses
 	c.factories = append(c.factories, f)
-	c.synced = append(c.synced, stages.HasSynced, promotions.HasSynced)
+	c.synced = append(c.synced, stages.HasSynced, promotions.HasSynced, pauses.HasSynced)
 	return nil
+}
+
+func promotionStageIndex(obj any) ([]string, error) {
+	p, ok := obj.(*kargo.Promotion)
+	if !ok || p.Stage == "" {
+		return nil, nil
+	}
+	return []string{p.Namespace + "/" + p.Stage}, nil
+}
+
+// informerFor picks the informer serving namespace ns.
+func (c *Controller) informerFor(m map[string]cache.SharedIndexInformer, ns string) cache.SharedIndexInformer {
+	if inf, ok := m[ns]; ok {
+		return inf
+	}
+	return m[metav1.NamespaceAll]
 }
 
 // HasSynced reports whether every informer has synced (for readiness).
@@ -182,22 +224,19 @@ func (c *Controller) Run(ctx context.Context) error {
 		return errors.New("informer caches did not sync")
 	}
 	logger.Info("Caches synced; starting workers", "workers", c.cfg.Workers, "dryRun", c.cfg.DryRun)
-	w := &queue.Worker{
-		Queue:      c.queue,
-		Sync:       c.syncStage,
-		MaxRetries: maxRetries,
-		OnError:    func(cache.ObjectName, error) { c.cfg.Metrics.ReconcileErrors.Inc() },
-	}
-	w.Run(ctx, c.cfg.Workers)
+	countError := func(cache.ObjectName, error) { c.cfg.Metrics.ReconcileErrors.Inc() }
+	pauseWorker := &queue.Worker{Queue: c.pauseQueue, Sync: c.syncPauseStatus, MaxRetries: maxRetries, OnError: countError}
+	stageWorker := &queue.Worker{Queue: c.queue, Sync: c.syncStage, MaxRetries: maxRetries, OnError: countError}
+	done := make(chan struct{})
+	go func() { defer close(done); pauseWorker.Run(ctx, 1) }()
+	stageWorker.Run(ctx, c.cfg.Workers)
+	<-done
 	return nil
 }
 
 // stageByKey reads a Stage from the informer cache of its namespace.
 func (c *Controller) stageByKey(key cache.ObjectName) (*kargo.Stage, bool, error) {
-	inf, ok := c.stages[key.Namespace]
-	if !ok {
-		inf = c.stages[metav1.NamespaceAll]
-	}
+	inf := c.informerFor(c.stageInformers, key.Namespace)
 	if inf == nil {
 		return nil, false, nil
 	}

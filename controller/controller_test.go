@@ -17,6 +17,7 @@ import (
 	"k8s.io/client-go/tools/record"
 	"k8s.io/klog/v2/ktesting"
 
+	"github.com/kargo-latch/kargo-latch/api/v1alpha1"
 	"github.com/kargo-latch/kargo-latch/kargo"
 	"github.com/kargo-latch/kargo-latch/latch"
 	"github.com/kargo-latch/kargo-latch/metrics"
@@ -40,8 +41,9 @@ func newFixture(t *testing.T, dryRun bool, stages ...*unstructured.Unstructured)
 	}
 	f := &fixture{t: t, recorder: record.NewFakeRecorder(100)}
 	f.client = dynamicfake.NewSimpleDynamicClientWithCustomListKinds(runtime.NewScheme(), map[schema.GroupVersionResource]string{
-		kargo.StagesResource:     "StageList",
-		kargo.PromotionsResource: "PromotionList",
+		kargo.StagesResource:         "StageList",
+		kargo.PromotionsResource:     "PromotionList",
+		v1alpha1.StagePausesResource: "StagePauseList",
 	}, objs...)
 	f.client.PrependReactor("patch", "stages", func(k8stesting.Action) (bool, runtime.Object, error) {
 		f.patches.Add(1)

@@ -12,17 +12,24 @@ const (
 	DrainOnPauseAnnotation   = "kargo-latch.io/drain-on-pause"
 )
 
+// PausedLabel is on a Stage exactly while a StagePause covers it.
+const PausedLabel = "kargo-latch.io/paused"
+
 // FieldManager names kargo-latch's writes in managedFields.
 const FieldManager = "kargo-latch"
 
 // Event reasons. Warning reasons tell a person that an input was unusable.
 const (
-	ReasonHealthLatched  = "HealthLatched"
-	ReasonStageDegraded  = "StageDegraded"
-	ReasonStageRecovered = "StageRecovered"
-	ReasonLatchFailed    = "LatchFailed"
-	ReasonInvalidConfig  = "InvalidConfig"
-	ReasonInvalidState   = "InvalidState"
-	ReasonUnknownHealth  = "UnknownHealth"
-	ReasonStatusMissing  = "StatusMissing"
+	ReasonHealthLatched      = "HealthLatched"
+	ReasonStageDegraded      = "StageDegraded"
+	ReasonStageRecovered     = "StageRecovered"
+	ReasonLatchFailed        = "LatchFailed"
+	ReasonStagePaused        = "StagePaused"
+	ReasonStageResumed       = "StageResumed"
+	ReasonPromotionDrained   = "PromotionDrained"
+	ReasonPauseLabelRestored = "PauseLabelRestored"
+	ReasonInvalidConfig      = "InvalidConfig"
+	ReasonInvalidState       = "InvalidState"
+	ReasonUnknownHealth      = "UnknownHealth"
+	ReasonStatusMissing      = "StatusMissing"
 )

@@ -6,19 +6,28 @@ import (
 	"fmt"
 	"time"
 
-	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/klog/v2"
 
+	"github.com/kargo-latch/kargo-latch/api/v1alpha1"
 	"github.com/kargo-latch/kargo-latch/kargo"
 	"github.com/kargo-latch/kargo-latch/latch"
 )
 
-// syncStage steps one Stage's latch. It writes the record only when it
-// changed, and reports a transition only once its record is stored, so that
-// a sync that fails or reads a stale cache is simply retried.
+// syncStage steps one Stage's latch and carries out what the step asks for,
+// in an order that survives a crash at any point:
+//
+//  1. effects that must not be lost (creating a failure's pause, the
+//     StagePaused Event, the drain) are made first, idempotently;
+//  2. then the Stage's record, paused label and refresh request are stored
+//     in one patch, conditional on the resourceVersion they were computed
+//     from, so a stale or outdated view is retried rather than stored;
+//  3. then the remaining Events and metrics are reported.
+//
+// Nothing is written when nothing changed.
 func (c *Controller) syncStage(ctx context.Context, key cache.ObjectName) (time.Duration, error) {
 	start := c.clock.Now()
 	defer func() { c.cfg.Metrics.ReconcileDuration.Observe(c.clock.Since(start).Seconds()) }()
@@ -36,26 +45,57 @@ func (c *Controller) syncStage(ctx context.Context, key cache.ObjectName) (time.
 		return 0, nil
 	}
 	m := c.memos.get(key)
-	now := c.clock.Now()
-
 	settings, problem := settingsFor(stage.Annotations, c.cfg.Defaults)
 	c.reportConfig(stage, m, problem)
-	prior := c.priorRecord(stage, m)
-	obs, unknownHealth := observe(stage, m.health)
-	c.reportHealth(stage, m, unknownHealth)
-	statusCheck := c.checkStatus(stage, m, now)
+	pauses := c.coveringPauses(key.Namespace, key.Name)
 
-	res := latch.Step(settings, prior, obs, now)
-	if err := c.storeRecord(ctx, stage, m, res.Record); err != nil {
+	now := c.clock.Now()
+	res, obs := c.step(stage, m, settings, pauses, now)
+	if hasAction(res, latch.ActionCreatePause) && !c.cfg.DryRun {
+		// A pause is made from this judgement before the record is stored:
+		// judge again on the Stage as it is on the server, not as cached.
+		if stage, err = c.liveStage(ctx, key); stage == nil || err != nil {
+			return 0, err
+		}
+		res, obs = c.step(stage, m, settings, pauses, now)
+	}
+	if err := c.beforeStore(ctx, stage, settings, pauses, res); err != nil {
 		return 0, err
 	}
-	c.reportActions(stage, res)
+	restored, err := c.store(ctx, stage, m, res)
+	if err != nil {
+		return 0, err
+	}
+	c.afterStore(stage, pauses, res, restored)
 	m.health = obs.Health
-	c.cfg.Metrics.SetPhase(key.Namespace, key.Name, string(res.Record.Phase), phaseNames)
+	statusCheck := c.checkStatus(stage, m, now)
 	if res.RequeueAfter > 0 {
 		logger.V(4).Info("Time-based transition pending", "phase", res.Record.Phase, "after", res.RequeueAfter)
 	}
 	return earliest(res.RequeueAfter, statusCheck), nil
+}
+
+// step reads the record and the Stage's status and steps the machine.
+func (c *Controller) step(stage *kargo.Stage, m *memo, settings latch.Settings, pauses []*v1alpha1.StagePause, now time.Time) (latch.Result, latch.Observation) {
+	prior := c.priorRecord(stage, m)
+	obs, unknownHealth := observe(stage, m.health)
+	c.reportHealth(stage, m, unknownHealth)
+	for _, p := range pauses {
+		obs.Pauses = append(obs.Pauses, p.Name)
+	}
+	return latch.Step(settings, prior, obs, now), obs
+}
+
+// liveStage reads a Stage from the API server; nil when it is gone.
+func (c *Controller) liveStage(ctx context.Context, key cache.ObjectName) (*kargo.Stage, error) {
+	u, err := c.cfg.Dynamic.Resource(kargo.StagesResource).Namespace(key.Namespace).Get(ctx, key.Name, metav1.GetOptions{})
+	if apierrors.IsNotFound(err) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	return kargo.StageFromUnstructured(u), nil
 }
 
 var phaseNames = func() []string {
@@ -85,33 +125,57 @@ func (c *Controller) priorRecord(stage *kargo.Stage, m *memo) latch.Record {
 	return r
 }
 
-// storeRecord writes the record annotation, and nothing else, when it
-// differs from the Stage's. The patch carries the resourceVersion the record
-// was computed from: if the Stage changed meanwhile, or the cache was stale,
-// the write conflicts and the sync is retried from fresh data.
-func (c *Controller) storeRecord(ctx context.Context, stage *kargo.Stage, m *memo, r latch.Record) error {
-	encoded := r.Encode()
+// store writes, in one merge patch of the Stage's metadata, whatever of
+// these differs from the Stage: the record annotation, the paused label, and
+// on resume a Kargo refresh request. The patch carries the resourceVersion
+// the record was computed from: if the Stage changed meanwhile, or the cache
+// was stale, it conflicts and the sync is retried from fresh data. It
+// reports whether it put back a paused label someone removed.
+func (c *Controller) store(ctx context.Context, stage *kargo.Stage, m *memo, res latch.Result) (restored bool, err error) {
 	if c.cfg.DryRun {
-		m.dryRunRecord = &r
-		return nil
+		m.dryRunRecord = &res.Record
+		return false, nil
 	}
-	if encoded == stage.Annotations[StateAnnotation] {
-		return nil
+	annotations := map[string]any{}
+	labels := map[string]any{}
+	if encoded := res.Record.Encode(); encoded != stage.Annotations[StateAnnotation] {
+		annotations[StateAnnotation] = encoded
 	}
-	patch, err := json.Marshal(map[string]any{"metadata": map[string]any{
-		"resourceVersion": stage.ResourceVersion,
-		"annotations":     map[string]string{StateAnnotation: encoded},
-	}})
+	wantPaused := len(res.Record.Pauses) > 0
+	if hasPaused := stage.Labels[PausedLabel] == "true"; hasPaused != wantPaused {
+		if wantPaused {
+			labels[PausedLabel] = "true"
+			restored = !hasAction(res, latch.ActionPaused)
+		} else {
+			labels[PausedLabel] = nil
+		}
+	}
+	if hasAction(res, latch.ActionResumed) {
+		// Kargo re-attempts auto-promotion at once instead of at its next
+		// periodic pass, five minutes away.
+		annotations[kargo.RefreshAnnotation] = c.clock.Now().UTC().Format(time.RFC3339Nano)
+	}
+	if len(annotations) == 0 && len(labels) == 0 {
+		return false, nil
+	}
+	md := map[string]any{"resourceVersion": stage.ResourceVersion}
+	if len(annotations) > 0 {
+		md["annotations"] = annotations
+	}
+	if len(labels) > 0 {
+		md["labels"] = labels
+	}
+	patch, err := json.Marshal(map[string]any{"metadata": md})
 	if err != nil {
-		return err
+		return false, err
 	}
 	_, err = c.cfg.Dynamic.Resource(kargo.StagesResource).Namespace(stage.Namespace).
 		Patch(ctx, stage.Name, types.MergePatchType, patch, metav1.PatchOptions{FieldManager: FieldManager})
 	if err != nil {
-		return fmt.Errorf("writing the latch record: %w", err)
+		return false, fmt.Errorf("writing the Stage's latch record: %w", err)
 	}
-	klog.FromContext(ctx).V(2).Info("Stored latch record", "phase", r.Phase)
-	return nil
+	klog.FromContext(ctx).V(2).Info("Stored latch record", "phase", res.Record.Phase, "pauses", res.Record.Pauses)
+	return restored, nil
 }
 
 // checkStatus reports a Stage that still has no status once it is older
@@ -132,64 +196,13 @@ func (c *Controller) checkStatus(stage *kargo.Stage, m *memo, now time.Time) tim
 	return 0
 }
 
-func (c *Controller) reportConfig(stage *kargo.Stage, m *memo, problem string) {
-	if problem == m.configProblem {
-		return
-	}
-	m.configProblem = problem
-	if problem == "" {
-		return
-	}
-	c.warn(stage, ReasonInvalidConfig, "Invalid setting: %s", problem)
-	c.cfg.Metrics.InvalidConfig.WithLabelValues(stage.Namespace, stage.Name).Inc()
-}
-
-func (c *Controller) reportHealth(stage *kargo.Stage, m *memo, unknown string) {
-	if unknown == m.badHealth {
-		return
-	}
-	m.badHealth = unknown
-	if unknown == "" {
-		return
-	}
-	c.warn(stage, ReasonUnknownHealth, "Stage health %q is not one Kargo defines; the latch holds its phase until Kargo reports a known health", unknown)
-	c.cfg.Metrics.InvalidInput.WithLabelValues(stage.Namespace, stage.Name, "health").Inc()
-}
-
-// reportActions turns the machine's actions into Events and metrics.
-func (c *Controller) reportActions(stage *kargo.Stage, res latch.Result) {
+func hasAction(res latch.Result, kind latch.ActionKind) bool {
 	for _, a := range res.Actions {
-		switch a.Kind {
-		case latch.ActionLatched:
-			c.event(stage, corev1.EventTypeNormal, ReasonHealthLatched, a.Message)
-			if a.TimeToLatch > 0 {
-				c.cfg.Metrics.TimeToLatch.Observe(a.TimeToLatch.Seconds())
-			}
-		case latch.ActionDegraded:
-			c.event(stage, corev1.EventTypeWarning, ReasonStageDegraded, a.Message)
-		case latch.ActionRecovered:
-			c.event(stage, corev1.EventTypeNormal, ReasonStageRecovered, a.Message)
-		case latch.ActionFailed:
-			c.event(stage, corev1.EventTypeWarning, ReasonLatchFailed, fmt.Sprintf("%s: %s", a.Reason, a.Message))
-			c.cfg.Metrics.FailuresTotal.WithLabelValues(stage.Namespace, stage.Name, string(a.Reason)).Inc()
-		case latch.ActionProgressingIgnored:
-			c.cfg.Metrics.ProgressingIgnored.WithLabelValues(stage.Namespace, stage.Name).Inc()
-		case latch.ActionCycleStarted:
-			// Kargo announces promotions itself; nothing to add.
+		if a.Kind == kind {
+			return true
 		}
 	}
-}
-
-func (c *Controller) warn(stage *kargo.Stage, reason, format string, args ...any) {
-	c.event(stage, corev1.EventTypeWarning, reason, fmt.Sprintf(format, args...))
-}
-
-func (c *Controller) event(stage *kargo.Stage, eventType, reason, msg string) {
-	ref := &corev1.ObjectReference{
-		APIVersion: kargo.GroupVersion.String(), Kind: "Stage",
-		Namespace: stage.Namespace, Name: stage.Name, UID: stage.UID,
-	}
-	c.recorder.Event(ref, eventType, reason, msg)
+	return false
 }
 
 // earliest is the sooner of two requeue delays, where zero means none.

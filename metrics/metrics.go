@@ -14,6 +14,9 @@ const Namespace = "kargo_latch"
 
 // Recorder holds kargo-latch's metrics.
 type Recorder struct {
+	StagePaused        *prometheus.GaugeVec
+	PausesTotal        *prometheus.CounterVec
+	ResumesTotal       *prometheus.CounterVec
 	StagePhase         *prometheus.GaugeVec
 	FailuresTotal      *prometheus.CounterVec
 	ProgressingIgnored *prometheus.CounterVec
@@ -39,6 +42,18 @@ var stageLabels = []string{LabelProject, LabelStage}
 // New creates the metrics and registers them on reg.
 func New(reg prometheus.Registerer, version string) *Recorder {
 	r := &Recorder{
+		StagePaused: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Namespace: Namespace, Name: "stage_paused",
+			Help: "1 while a StagePause covers the Stage; reason is the first covering pause's.",
+		}, []string{LabelProject, LabelStage, LabelReason}),
+		PausesTotal: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: Namespace, Name: "pauses_total",
+			Help: "Times a Stage became paused, by the reason of the pause that paused it.",
+		}, []string{LabelProject, LabelStage, LabelReason}),
+		ResumesTotal: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: Namespace, Name: "resumes_total",
+			Help: "Times a Stage was resumed: the last StagePause covering it was deleted.",
+		}, stageLabels),
 		StagePhase: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Namespace: Namespace, Name: "stage_phase",
 			Help: "Latch phase of each Stage: 1 for the current phase, 0 for the others.",
@@ -78,7 +93,7 @@ func New(reg prometheus.Registerer, version string) *Recorder {
 			Help: "Always 1; labels tell the version and the Go version kargo-latch was built with.",
 		}, []string{"version", "goversion"}),
 	}
-	reg.MustRegister(r.StagePhase, r.FailuresTotal, r.ProgressingIgnored, r.InvalidConfig, r.InvalidInput,
+	reg.MustRegister(r.StagePaused, r.PausesTotal, r.ResumesTotal, r.StagePhase, r.FailuresTotal, r.ProgressingIgnored, r.InvalidConfig, r.InvalidInput,
 		r.ReconcileErrors, r.ReconcileDuration, r.TimeToLatch, r.BuildInfo)
 	r.BuildInfo.WithLabelValues(version, runtime.Version()).Set(1)
 	return r
@@ -99,8 +114,17 @@ func (r *Recorder) SetPhase(project, stage, phase string, all []string) {
 func (r *Recorder) ForgetStage(project, stage string) {
 	l := prometheus.Labels{LabelProject: project, LabelStage: stage}
 	for _, v := range []interface{ DeletePartialMatch(prometheus.Labels) int }{
-		r.StagePhase, r.FailuresTotal, r.ProgressingIgnored, r.InvalidConfig, r.InvalidInput,
+		r.StagePaused, r.PausesTotal, r.ResumesTotal, r.StagePhase, r.FailuresTotal, r.ProgressingIgnored, r.InvalidConfig, r.InvalidInput,
 	} {
 		v.DeletePartialMatch(l)
+	}
+}
+
+// SetPaused sets the paused gauge of one Stage: 1 with reason while paused,
+// no series while not.
+func (r *Recorder) SetPaused(project, stage, reason string, paused bool) {
+	r.StagePaused.DeletePartialMatch(prometheus.Labels{LabelProject: project, LabelStage: stage})
+	if paused {
+		r.StagePaused.WithLabelValues(project, stage, reason).Set(1)
 	}
 }

@@ -88,17 +88,21 @@ func (p *StagePause) DeepCopy() *StagePause {
 	if p == nil {
 		return nil
 	}
-	c := &StagePause{TypeMeta: p.TypeMeta, Spec: p.Spec}
+	c := &StagePause{TypeMeta: p.TypeMeta, Spec: p.Spec, Status: *p.Status.DeepCopy()}
 	p.ObjectMeta.DeepCopyInto(&c.ObjectMeta)
-	c.Status.Stages = p.Status.Stages
-	if p.Status.Since != nil {
-		c.Status.Since = p.Status.Since.DeepCopy()
+	return c
+}
+
+// DeepCopy returns a copy of s that shares no memory with it.
+func (s *StagePauseStatus) DeepCopy() *StagePauseStatus {
+	c := &StagePauseStatus{Stages: s.Stages, Drained: append([]string(nil), s.Drained...)}
+	if s.Since != nil {
+		c.Since = s.Since.DeepCopy()
 	}
-	c.Status.Drained = append([]string(nil), p.Status.Drained...)
-	for _, cond := range p.Status.Conditions {
+	for _, cond := range s.Conditions {
 		var cc metav1.Condition
 		cond.DeepCopyInto(&cc)
-		c.Status.Conditions = append(c.Status.Conditions, cc)
+		c.Conditions = append(c.Conditions, cc)
 	}
 	return c
 }

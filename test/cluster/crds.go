@@ -42,7 +42,11 @@ func (c *Cluster) installCRDs(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	return InstallCRDs(ctx, client, dir)
+	if err := InstallCRDs(ctx, client, dir); err != nil {
+		return err
+	}
+	// kargo-latch's own CRDs, as shipped.
+	return InstallCRDs(ctx, client, filepath.Join(c.Root, "manifests", "crds"))
 }
 
 // InstallCRDs creates every CRD in the YAML files of dir (or updates it)

@@ -1,0 +1,307 @@
+package controller
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"slices"
+	"strings"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/klog/v2"
+
+	"github.com/kargo-latch/kargo-latch/api/v1alpha1"
+	"github.com/kargo-latch/kargo-latch/kargo"
+	"github.com/kargo-latch/kargo-latch/latch"
+)
+
+// beforeStore makes the effects that must happen exactly once, before the
+// record that says they happened is stored. Each is idempotent, so a sync
+// retried after a crash or a conflict repeats it harmlessly.
+func (c *Controller) beforeStore(ctx context.Context, stage *kargo.Stage, settings latch.Settings, pauses []*v1alpha1.StagePause, res latch.Result) error {
+	if c.cfg.DryRun {
+		return nil
+	}
+	for _, a := range res.Actions {
+		switch a.Kind {
+		case latch.ActionCreatePause:
+			if err := c.createFailurePause(ctx, stage, a); err != nil {
+				return err
+			}
+		case latch.ActionPaused:
+			p := pauseNamed(pauses, a.Pause)
+			if p == nil {
+				continue
+			}
+			if err := c.pausedEvent(ctx, stage, p); err != nil {
+				return err
+			}
+			if settings.DrainOnPause {
+				if err := c.drain(ctx, stage, p); err != nil {
+					return err
+				}
+			}
+		}
+	}
+	return nil
+}
+
+// afterStore reports the step's actions as Events and metrics.
+func (c *Controller) afterStore(stage *kargo.Stage, pauses []*v1alpha1.StagePause, res latch.Result, labelRestored bool) {
+	ns, name := stage.Namespace, stage.Name
+	for _, a := range res.Actions {
+		switch a.Kind {
+		case latch.ActionLatched:
+			c.event(stage, corev1.EventTypeNormal, ReasonHealthLatched, a.Message)
+			if a.TimeToLatch > 0 {
+				c.cfg.Metrics.TimeToLatch.Observe(a.TimeToLatch.Seconds())
+			}
+		case latch.ActionDegraded:
+			c.event(stage, corev1.EventTypeWarning, ReasonStageDegraded, a.Message)
+		case latch.ActionRecovered:
+			c.event(stage, corev1.EventTypeNormal, ReasonStageRecovered, a.Message)
+		case latch.ActionFailed:
+			c.event(stage, corev1.EventTypeWarning, ReasonLatchFailed, fmt.Sprintf("%s: %s", a.Reason, a.Message))
+			c.cfg.Metrics.FailuresTotal.WithLabelValues(ns, name, string(a.Reason)).Inc()
+		case latch.ActionProgressingIgnored:
+			c.cfg.Metrics.ProgressingIgnored.WithLabelValues(ns, name).Inc()
+		case latch.ActionPaused:
+			if p := pauseNamed(pauses, a.Pause); p != nil {
+				c.cfg.Metrics.PausesTotal.WithLabelValues(ns, name, p.EffectiveReason()).Inc()
+			}
+		case latch.ActionResumed:
+			c.event(stage, corev1.EventTypeNormal, ReasonStageResumed, "The last StagePause covering the Stage was deleted; Kargo was asked to refresh it and may auto-promote again")
+			c.cfg.Metrics.ResumesTotal.WithLabelValues(ns, name).Inc()
+		case latch.ActionCycleStarted, latch.ActionCreatePause:
+			// Kargo announces promotions itself; a new pause is reported
+			// when it takes effect (Paused).
+		}
+	}
+	if labelRestored {
+		c.event(stage, corev1.EventTypeWarning, ReasonPauseLabelRestored,
+			fmt.Sprintf("Put back the %s label that was removed: StagePause %s still covers the Stage", PausedLabel, pauses[0].Name))
+	}
+	reason := ""
+	if len(pauses) > 0 {
+		reason = pauses[0].EffectiveReason()
+	}
+	c.cfg.Metrics.SetPaused(ns, name, reason, len(res.Record.Pauses) > 0)
+	c.cfg.Metrics.SetPhase(ns, name, string(res.Record.Phase), phaseNames)
+}
+
+func pauseNamed(pauses []*v1alpha1.StagePause, name string) *v1alpha1.StagePause {
+	for _, p := range pauses {
+		if p.Name == name {
+			return p
+		}
+	}
+	return nil
+}
+
+// maxPauseMessage keeps a failure message within the CRD's limit.
+const maxPauseMessage = 4096
+
+// createFailurePause creates the StagePause a failure asked for. Its name is
+// derived from the failure, so creating it again finds it there.
+func (c *Controller) createFailurePause(ctx context.Context, stage *kargo.Stage, a latch.Action) error {
+	msg := a.Message
+	if len(msg) > maxPauseMessage {
+		msg = msg[:maxPauseMessage]
+	}
+	p := &v1alpha1.StagePause{
+		TypeMeta: metav1.TypeMeta{APIVersion: v1alpha1.GroupVersion.String(), Kind: "StagePause"},
+		ObjectMeta: metav1.ObjectMeta{
+			Name:      a.Pause,
+			Namespace: stage.Namespace,
+			Labels:    map[string]string{v1alpha1.StageLabel: stage.Name, v1alpha1.ReasonLabel: string(a.Reason)},
+			// Deleting the Stage deletes the pauses its failures made.
+			OwnerReferences: []metav1.OwnerReference{{
+				APIVersion: kargo.GroupVersion.String(), Kind: "Stage", Name: stage.Name, UID: stage.UID,
+			}},
+		},
+		Spec: v1alpha1.StagePauseSpec{Stage: stage.Name, Reason: string(a.Reason), Message: msg},
+	}
+	obj, err := runtime.DefaultUnstructuredConverter.ToUnstructured(p)
+	if err != nil {
+		return err
+	}
+	delete(obj, "status")
+	_, err = c.cfg.Dynamic.Resource(v1alpha1.StagePausesResource).Namespace(stage.Namespace).
+		Create(ctx, &unstructured.Unstructured{Object: obj}, metav1.CreateOptions{FieldManager: FieldManager})
+	switch {
+	case apierrors.IsAlreadyExists(err):
+		return nil
+	case err != nil:
+		return fmt.Errorf("creating StagePause %s: %w", a.Pause, err)
+	}
+	klog.FromContext(ctx).Info("Paused the Stage after a failure", "pause", a.Pause, "reason", a.Reason)
+	return nil
+}
+
+// pausedEvent records StagePaused as an Event whose name is derived from the
+// pause, so that a sync repeated after a crash finds it instead of sending a
+// second one. It is written directly, not through the asynchronous
+// recorder, which could lose it in a crash.
+func (c *Controller) pausedEvent(ctx context.Context, stage *kargo.Stage, p *v1alpha1.StagePause) error {
+	sum := sha256.Sum256([]byte(string(stage.UID) + "\x00" + string(p.UID) + "\x00" + p.Name))
+	prefix := stage.Name
+	if len(prefix) > 200 {
+		prefix = prefix[:200]
+	}
+	now := metav1.NewTime(c.clock.Now())
+	msg := fmt.Sprintf("Paused by StagePause %s (reason %s)", p.Name, p.EffectiveReason())
+	if p.Spec.Message != "" {
+		msg += ": " + truncate(p.Spec.Message, 1024)
+	}
+	ev := &corev1.Event{
+		ObjectMeta: metav1.ObjectMeta{Name: prefix + ".paused." + hex.EncodeToString(sum[:8]), Namespace: stage.Namespace},
+		InvolvedObject: corev1.ObjectReference{
+			APIVersion: kargo.GroupVersion.String(), Kind: "Stage",
+			Namespace: stage.Namespace, Name: stage.Name, UID: stage.UID,
+		},
+		Reason: ReasonStagePaused, Message: msg, Type: corev1.EventTypeWarning,
+		Source:         corev1.EventSource{Component: FieldManager},
+		FirstTimestamp: now, LastTimestamp: now, Count: 1,
+	}
+	if c.cfg.Kube == nil {
+		// Tests without an API server for Events use the recorder.
+		c.event(stage, ev.Type, ev.Reason, ev.Message)
+		return nil
+	}
+	_, err := c.cfg.Kube.CoreV1().Events(stage.Namespace).Create(ctx, ev, metav1.CreateOptions{})
+	if err != nil && !apierrors.IsAlreadyExists(err) {
+		return fmt.Errorf("recording StagePaused: %w", err)
+	}
+	return nil
+}
+
+// drain aborts the Stage's queued auto-promotions when it becomes paused,
+// and lists them in the pause's status.drained. A Promotion runs only when
+// it is Pending and Kargo's auto-promotion made it; Running Promotions and
+// people's Promotions are never touched.
+func (c *Controller) drain(ctx context.Context, stage *kargo.Stage, pause *v1alpha1.StagePause) error {
+	inf := c.informerFor(c.promotionInformers, stage.Namespace)
+	if inf == nil {
+		return nil
+	}
+	objs, err := inf.GetIndexer().ByIndex(promotionsByStage, stage.Namespace+"/"+stage.Name)
+	if err != nil {
+		return err
+	}
+	var drained []string
+	for _, o := range objs {
+		p, ok := o.(*kargo.Promotion)
+		if !ok || (p.Phase != "" && p.Phase != "Pending") || !p.AutoPromotion() {
+			continue
+		}
+		if _, aborted := p.Annotations[kargo.AbortAnnotation]; !aborted {
+			// Conditional on the Promotion as seen: if it started running
+			// meanwhile, the abort conflicts and the sync looks again.
+			patch, _ := json.Marshal(map[string]any{"metadata": map[string]any{
+				"resourceVersion": p.ResourceVersion,
+				"annotations":     map[string]string{kargo.AbortAnnotation: "terminate"},
+			}})
+			_, err := c.cfg.Dynamic.Resource(kargo.PromotionsResource).Namespace(p.Namespace).
+				Patch(ctx, p.Name, types.MergePatchType, patch, metav1.PatchOptions{FieldManager: FieldManager})
+			if apierrors.IsNotFound(err) {
+				continue
+			}
+			if err != nil {
+				return fmt.Errorf("aborting queued Promotion %s: %w", p.Name, err)
+			}
+		}
+		drained = append(drained, p.Name)
+	}
+	if len(drained) == 0 {
+		return nil
+	}
+	slices.Sort(drained)
+	if err := c.addDrained(ctx, pause, drained); err != nil {
+		return err
+	}
+	c.event(stage, corev1.EventTypeNormal, ReasonPromotionDrained,
+		fmt.Sprintf("Aborted %d queued auto-promotion(s) as StagePause %s took effect: %s", len(drained), pause.Name, strings.Join(drained, ", ")))
+	return nil
+}
+
+// addDrained adds names to a pause's status.drained. Several Stages can
+// drain into one project-wide pause at once, so it reads the pause fresh
+// and writes conditionally.
+func (c *Controller) addDrained(ctx context.Context, pause *v1alpha1.StagePause, names []string) error {
+	client := c.cfg.Dynamic.Resource(v1alpha1.StagePausesResource).Namespace(pause.Namespace)
+	u, err := client.Get(ctx, pause.Name, metav1.GetOptions{})
+	if apierrors.IsNotFound(err) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	have, _, _ := unstructured.NestedStringSlice(u.Object, "status", "drained")
+	all := append(slices.Clone(have), names...)
+	slices.Sort(all)
+	all = slices.Compact(all)
+	if len(all) == len(have) {
+		return nil
+	}
+	patch, _ := json.Marshal(map[string]any{
+		"metadata": map[string]any{"resourceVersion": u.GetResourceVersion()},
+		"status":   map[string]any{"drained": all},
+	})
+	_, err = client.Patch(ctx, pause.Name, types.MergePatchType, patch, metav1.PatchOptions{FieldManager: FieldManager}, "status")
+	if err != nil {
+		return fmt.Errorf("recording drained Promotions on StagePause %s: %w", pause.Name, err)
+	}
+	return nil
+}
+
+func (c *Controller) reportConfig(stage *kargo.Stage, m *memo, problem string) {
+	if problem == m.configProblem {
+		return
+	}
+	m.configProblem = problem
+	if problem == "" {
+		return
+	}
+	c.warn(stage, ReasonInvalidConfig, "Invalid setting: %s", problem)
+	c.cfg.Metrics.InvalidConfig.WithLabelValues(stage.Namespace, stage.Name).Inc()
+}
+
+func (c *Controller) reportHealth(stage *kargo.Stage, m *memo, unknown string) {
+	if unknown == m.badHealth {
+		return
+	}
+	m.badHealth = unknown
+	if unknown == "" {
+		return
+	}
+	c.warn(stage, ReasonUnknownHealth, "Stage health %q is not one Kargo defines; the latch holds its phase until Kargo reports a known health", unknown)
+	c.cfg.Metrics.InvalidInput.WithLabelValues(stage.Namespace, stage.Name, "health").Inc()
+}
+
+func (c *Controller) warn(stage *kargo.Stage, reason, format string, args ...any) {
+	c.event(stage, corev1.EventTypeWarning, reason, fmt.Sprintf(format, args...))
+}
+
+// event sends an Event about a Stage through the recorder (asynchronous,
+// aggregated, best effort).
+func (c *Controller) event(stage *kargo.Stage, eventType, reason, msg string) {
+	ref := &corev1.ObjectReference{
+		APIVersion: kargo.GroupVersion.String(), Kind: "Stage",
+		Namespace: stage.Namespace, Name: stage.Name, UID: stage.UID,
+	}
+	c.recorder.Event(ref, eventType, reason, truncate(msg, 1024))
+}
+
+func truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[:n] + "…"
+}

@@ -1,0 +1,209 @@
+package controller
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"slices"
+	"time"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/klog/v2"
+
+	"github.com/kargo-latch/kargo-latch/api/v1alpha1"
+	"github.com/kargo-latch/kargo-latch/kargo"
+)
+
+// transformPause turns the dynamic informer's unstructured StagePauses into
+// typed ones. An object that does not convert covers nothing.
+func transformPause(obj any) (any, error) {
+	convert := func(u *unstructured.Unstructured) *v1alpha1.StagePause {
+		p := &v1alpha1.StagePause{}
+		if err := runtime.DefaultUnstructuredConverter.FromUnstructured(u.Object, p); err != nil {
+			p = &v1alpha1.StagePause{}
+			p.Name, p.Namespace, p.UID = u.GetName(), u.GetNamespace(), u.GetUID()
+		}
+		p.ManagedFields = nil
+		return p
+	}
+	switch o := obj.(type) {
+	case *unstructured.Unstructured:
+		return convert(o), nil
+	case cache.DeletedFinalStateUnknown:
+		if u, ok := o.Obj.(*unstructured.Unstructured); ok {
+			o.Obj = convert(u)
+		}
+		return o, nil
+	}
+	return obj, nil
+}
+
+// pausesIn lists the StagePauses of a namespace from the cache.
+func (c *Controller) pausesIn(ns string) []*v1alpha1.StagePause {
+	inf := c.informerFor(c.pauseInformers, ns)
+	if inf == nil {
+		return nil
+	}
+	objs, err := inf.GetIndexer().ByIndex(cache.NamespaceIndex, ns)
+	if err != nil {
+		return nil
+	}
+	out := make([]*v1alpha1.StagePause, 0, len(objs))
+	for _, o := range objs {
+		if p, ok := o.(*v1alpha1.StagePause); ok {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+// coveringPauses returns the pauses in force for a Stage, sorted by name.
+// A pause being deleted no longer counts: deleting is resuming.
+func (c *Controller) coveringPauses(ns, stage string) []*v1alpha1.StagePause {
+	var out []*v1alpha1.StagePause
+	for _, p := range c.pausesIn(ns) {
+		if p.DeletionTimestamp == nil && p.Covers(stage) {
+			out = append(out, p)
+		}
+	}
+	slices.SortFunc(out, func(a, b *v1alpha1.StagePause) int { return cmpStrings(a.Name, b.Name) })
+	return out
+}
+
+func cmpStrings(a, b string) int {
+	switch {
+	case a < b:
+		return -1
+	case a > b:
+		return 1
+	}
+	return 0
+}
+
+// enqueuePause enqueues the pause's own status sync and every Stage it covers.
+func (c *Controller) enqueuePause(obj any) {
+	if tomb, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+		obj = tomb.Obj
+	}
+	p, ok := obj.(*v1alpha1.StagePause)
+	if !ok {
+		return
+	}
+	c.pauseQueue.Add(cache.NewObjectName(p.Namespace, p.Name))
+	if p.Spec.Stage != v1alpha1.AllStages {
+		c.queue.Add(cache.NewObjectName(p.Namespace, p.Spec.Stage))
+		return
+	}
+	for _, s := range c.stagesIn(p.Namespace) {
+		c.queue.Add(cache.NewObjectName(s.Namespace, s.Name))
+	}
+}
+
+// enqueuePausesOf enqueues the status sync of the pauses covering a Stage
+// that appeared or went away, so their Stage counts follow.
+func (c *Controller) enqueuePausesOf(obj any) {
+	key, err := cache.DeletionHandlingObjectToName(obj)
+	if err != nil {
+		return
+	}
+	for _, p := range c.pausesIn(key.Namespace) {
+		if p.Covers(key.Name) {
+			c.pauseQueue.Add(cache.NewObjectName(p.Namespace, p.Name))
+		}
+	}
+}
+
+func (c *Controller) stagesIn(ns string) []*kargo.Stage {
+	inf := c.informerFor(c.stageInformers, ns)
+	if inf == nil {
+		return nil
+	}
+	objs, err := inf.GetIndexer().ByIndex(cache.NamespaceIndex, ns)
+	if err != nil {
+		return nil
+	}
+	out := make([]*kargo.Stage, 0, len(objs))
+	for _, o := range objs {
+		if s, ok := o.(*kargo.Stage); ok {
+			out = append(out, s)
+		}
+	}
+	return out
+}
+
+// syncPauseStatus keeps a StagePause's status (since, stages, the Active
+// condition) true to the Stages that exist now. status.drained is written
+// when the pause takes effect (see drain).
+func (c *Controller) syncPauseStatus(ctx context.Context, key cache.ObjectName) (time.Duration, error) {
+	inf := c.informerFor(c.pauseInformers, key.Namespace)
+	if inf == nil {
+		return 0, nil
+	}
+	obj, exists, err := inf.GetIndexer().GetByKey(key.String())
+	if err != nil || !exists {
+		return 0, err
+	}
+	p, ok := obj.(*v1alpha1.StagePause)
+	if !ok || p.DeletionTimestamp != nil {
+		return 0, nil
+	}
+	var covered int32
+	for _, s := range c.stagesIn(p.Namespace) {
+		if p.Covers(s.Name) {
+			covered++
+		}
+	}
+	want := p.Status.DeepCopy()
+	want.Stages = covered
+	if want.Since == nil {
+		since := p.CreationTimestamp
+		want.Since = &since
+	}
+	cond := metav1.Condition{Type: v1alpha1.ConditionActive, Status: metav1.ConditionTrue, Reason: "Covering",
+		Message: fmt.Sprintf("pauses %d Stage(s)", covered), ObservedGeneration: p.Generation}
+	if covered == 0 {
+		cond.Status, cond.Reason = metav1.ConditionFalse, "StageNotFound"
+		cond.Message = fmt.Sprintf("no Stage %q in namespace %s yet; the pause applies as soon as one appears", p.Spec.Stage, p.Namespace)
+	}
+	meta.SetStatusCondition(&want.Conditions, cond)
+	if statusEqual(&p.Status, want) || c.cfg.DryRun {
+		return 0, nil
+	}
+	body, err := json.Marshal(map[string]any{"status": map[string]any{
+		"since": want.Since, "stages": want.Stages, "conditions": want.Conditions,
+	}})
+	if err != nil {
+		return 0, err
+	}
+	_, err = c.cfg.Dynamic.Resource(v1alpha1.StagePausesResource).Namespace(p.Namespace).
+		Patch(ctx, p.Name, types.MergePatchType, body, metav1.PatchOptions{FieldManager: FieldManager}, "status")
+	if apierrors.IsNotFound(err) {
+		return 0, nil
+	}
+	if err == nil {
+		klog.FromContext(ctx).V(2).Info("Updated StagePause status", "pause", klog.KRef(p.Namespace, p.Name), "stages", covered)
+	}
+	return 0, err
+}
+
+func statusEqual(a, b *v1alpha1.StagePauseStatus) bool {
+	if a.Stages != b.Stages || (a.Since == nil) != (b.Since == nil) || len(a.Conditions) != len(b.Conditions) {
+		return false
+	}
+	if a.Since != nil && !a.Since.Equal(b.Since) {
+		return false
+	}
+	for i := range a.Conditions {
+		x, y := a.Conditions[i], b.Conditions[i]
+		if x.Type != y.Type || x.Status != y.Status || x.Reason != y.Reason || x.Message != y.Message || x.ObservedGeneration != y.ObservedGeneration {
+			return false
+		}
+	}
+	return true
+}
