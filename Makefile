@@ -38,7 +38,7 @@ cluster: $(BIN)/kube-apiserver $(BIN)/etcd
 $(BIN)/kube-apiserver:
 	@echo ">> Building kube-apiserver v1.37.2 from Go modules into bin/ (first run only; about 4-8 minutes on 2 cores)..."
 	cd test/tools && $(GO) build -v -o $(BIN)/kube-apiserver k8s.io/kubernetes/cmd/kube-apiserver 2>&1 | \
-		awk '{ n++; if (n % 100 == 0) printf("   ... %d packages compiled\n", n) } END { printf("   ... done (%d packages)\n", n) }'
+		awk '{ n++; if (n % 100 == 0) printf("   ... %d packages compiled\n", n); fflush() } END { printf("   ... done (%d packages)\n", n) }'
 	@test -x $@ || (echo "building kube-apiserver failed; run: cd test/tools && go build k8s.io/kubernetes/cmd/kube-apiserver" && exit 1)
 
 $(BIN)/etcd:

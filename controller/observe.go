@@ -12,7 +12,7 @@ import (
 // that it neither latches nor fails the Stage; it is returned in unknown so
 // that it can be reported.
 func observe(s *kargo.Stage, previous latch.Health) (obs latch.Observation, unknown string) {
-	obs.PreviousHealth = previous
+	obs.Stage, obs.PreviousHealth = s.Name, previous
 	st := s.Status
 	if st == nil {
 		return obs, ""

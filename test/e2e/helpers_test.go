@@ -65,7 +65,7 @@ type operator struct {
 func startOperator(t *testing.T, ns string, defaults latch.Settings) *operator {
 	t.Helper()
 	o := &operator{t: t, done: make(chan struct{}), reg: prometheus.NewRegistry()}
-	cfg := rest.CopyConfig(env.cluster.Config)
+	cfg := rest.CopyConfig(env.operator) // the operator's own ServiceAccount
 	cfg.WrapTransport = func(rt http.RoundTripper) http.RoundTripper {
 		return roundTripFunc(func(r *http.Request) (*http.Response, error) {
 			if r.Method == http.MethodPatch && strings.Contains(r.URL.Path, "/stages/") {

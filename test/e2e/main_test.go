@@ -1,19 +1,33 @@
 // Package e2e proves kargo-latch on a real kube-apiserver with Kargo's real
-// CRDs: the driver plays Kargo, an in-process operator reacts, and the
-// tests read what lands on the server.
+// CRDs, token authentication and RBAC: the driver plays Kargo, people act
+// with their own tokens, and an operator running as its own ServiceAccount
+// (bound to the shipped RBAC) reacts.
 package e2e
 
 import (
 	"context"
 	"fmt"
 	"os"
+	"path/filepath"
 	"testing"
 
+	authenticationv1 "k8s.io/api/authentication/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
 
 	"github.com/kargo-latch/kargo-latch/test/cluster"
 	"github.com/kargo-latch/kargo-latch/test/driver"
+)
+
+// The people and controllers of the tests, as static token users.
+const (
+	devToken      = "dev-token"       // bound to kargo-latch-pauser; may create Promotions
+	leadToken     = "lead-token"      // bound to kargo-latch-resumer; may update ProjectConfigs
+	resumerToken  = "resumer-token"   // bound to kargo-latch-resumer only
+	kargoCtlToken = "kargo-ctl-token" // Kargo's controller ServiceAccount, as the gate knows it
 )
 
 var env struct {
@@ -21,6 +35,10 @@ var env struct {
 	dyn     dynamic.Interface
 	kube    kubernetes.Interface
 	kargo   *driver.Kargo
+	// As each actor.
+	dev, lead, resumer, kargoCtl dynamic.Interface
+	// operator is a rest config for the operator's own ServiceAccount.
+	operator *rest.Config
 }
 
 func TestMain(m *testing.M) {
@@ -28,9 +46,15 @@ func TestMain(m *testing.M) {
 }
 
 func run(m *testing.M) int {
+	ctx := context.Background()
 	// No skipping: without the test cluster these tests must fail, so that
 	// CI can never pass without proving the operator on a real apiserver.
-	c, err := cluster.Start(context.Background(), cluster.Options{})
+	c, err := cluster.Start(ctx, cluster.Options{Tokens: []string{
+		devToken + ",dev,dev,",
+		leadToken + ",lead,lead,",
+		resumerToken + ",resumer,resumer,",
+		kargoCtlToken + ",system:serviceaccount:kargo:kargo-controller,kargo-controller,\"system:serviceaccounts,system:serviceaccounts:kargo\"",
+	}})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "e2e: cannot start the test cluster:", err)
 		return 1
@@ -41,5 +65,84 @@ func run(m *testing.M) int {
 	env.dyn = dynamic.NewForConfigOrDie(c.Config)
 	env.kube = kubernetes.NewForConfigOrDie(c.Config)
 	env.kargo = driver.New(env.dyn)
+	env.dev = dynamic.NewForConfigOrDie(c.UserConfig(devToken))
+	env.lead = dynamic.NewForConfigOrDie(c.UserConfig(leadToken))
+	env.resumer = dynamic.NewForConfigOrDie(c.UserConfig(resumerToken))
+	env.kargoCtl = dynamic.NewForConfigOrDie(c.UserConfig(kargoCtlToken))
+	if err := installShipped(ctx, c); err != nil {
+		fmt.Fprintln(os.Stderr, "e2e: installing the shipped manifests:", err)
+		return 1
+	}
+	if env.operator, err = serviceAccountConfig(ctx, c, "kargo-latch", "kargo-latch"); err != nil {
+		fmt.Fprintln(os.Stderr, "e2e: operator token:", err)
+		return 1
+	}
 	return m.Run()
+}
+
+// installShipped applies the shipped base (the operator's ServiceAccount and
+// RBAC, the people's roles) and the pause gate, plus the test actors' own
+// rights.
+func installShipped(ctx context.Context, c *cluster.Cluster) error {
+	files, err := filepath.Glob(filepath.Join(c.Root, "manifests", "base", "*.yaml"))
+	if err != nil {
+		return err
+	}
+	files = append(files, filepath.Join(c.Root, "manifests", "components", "pause-gate", "gate.yaml"))
+	objs, err := cluster.ReadObjects(files...)
+	if err != nil {
+		return err
+	}
+	objs = append(objs,
+		clusterRole("e2e-promoter", rule("kargo.akuity.io", "promotions", "create", "get", "list"), rule("kargo.akuity.io", "stages", "get", "list", "watch")),
+		clusterRole("e2e-projectconfig-editor", rule("kargo.akuity.io", "projectconfigs", "get", "update")),
+		clusterRole("e2e-kargo-controller", rule("kargo.akuity.io", "promotions", "create", "get", "list")),
+		clusterRoleBinding("e2e-dev-pauser", "kargo-latch-pauser", "dev"),
+		clusterRoleBinding("e2e-dev-promoter", "e2e-promoter", "dev"),
+		clusterRoleBinding("e2e-lead-resumer", "kargo-latch-resumer", "lead"),
+		clusterRoleBinding("e2e-lead-projectconfigs", "e2e-projectconfig-editor", "lead"),
+		clusterRoleBinding("e2e-resumer", "kargo-latch-resumer", "resumer"),
+		clusterRoleBinding("e2e-kargo-controller", "e2e-kargo-controller", "system:serviceaccount:kargo:kargo-controller"),
+	)
+	return cluster.Apply(ctx, c.Config, objs...)
+}
+
+func rule(group, resource string, verbs ...string) map[string]any {
+	vs := make([]any, len(verbs))
+	for i, v := range verbs {
+		vs[i] = v
+	}
+	return map[string]any{"apiGroups": []any{group}, "resources": []any{resource}, "verbs": vs}
+}
+
+func clusterRole(name string, rules ...map[string]any) *unstructured.Unstructured {
+	rs := make([]any, len(rules))
+	for i, r := range rules {
+		rs[i] = r
+	}
+	return &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
+		"metadata": map[string]any{"name": name}, "rules": rs,
+	}}
+}
+
+func clusterRoleBinding(name, role, user string) *unstructured.Unstructured {
+	return &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
+		"metadata": map[string]any{"name": name},
+		"roleRef":  map[string]any{"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": role},
+		"subjects": []any{map[string]any{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": user}},
+	}}
+}
+
+// serviceAccountConfig gets a token for a ServiceAccount through the
+// TokenRequest API, as a Pod would have it mounted.
+func serviceAccountConfig(ctx context.Context, c *cluster.Cluster, ns, name string) (*rest.Config, error) {
+	seconds := int64(24 * 3600)
+	tr, err := kubernetes.NewForConfigOrDie(c.Config).CoreV1().ServiceAccounts(ns).CreateToken(ctx, name,
+		&authenticationv1.TokenRequest{Spec: authenticationv1.TokenRequestSpec{ExpirationSeconds: &seconds}}, metav1.CreateOptions{})
+	if err != nil {
+		return nil, err
+	}
+	return c.UserConfig(tr.Status.Token), nil
 }
