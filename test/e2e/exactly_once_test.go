@@ -1,0 +1,113 @@
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/kargo-latch/kargo-latch/api/v1alpha1"
+	"github.com/kargo-latch/kargo-latch/controller"
+	"github.com/kargo-latch/kargo-latch/kargo"
+	"github.com/kargo-latch/kargo-latch/latch"
+	"github.com/kargo-latch/kargo-latch/test/driver"
+)
+
+// TestExactlyOncePauseAcrossKills kills the operator with SIGKILL at random
+// moments while Stages fail, and checks that each failure still yields
+// exactly one StagePause and one StagePaused Event, and that a pause a
+// person deleted is never made again.
+func TestExactlyOncePauseAcrossKills(t *testing.T) {
+	t.Parallel()
+	ns := newProject(t)
+	op := newProcess(t, "--namespace", ns, "--degraded-grace", "1s", "--latch-deadline", "1m", "-v", "2")
+	op.start()
+
+	const n = 8
+	stages := make([]*driver.Stage, n)
+	for i := range stages {
+		stages[i] = createStage(t, ns, fmt.Sprintf("s%d", i), map[string]string{controller.PauseOnFailureAnnotation: "true"})
+	}
+
+	stop := make(chan struct{})
+	var kills atomic.Int64
+	var killer sync.WaitGroup
+	killer.Go(func() {
+		for {
+			select {
+			case <-stop:
+				return
+			case <-time.After(time.Duration(50+rand.IntN(350)) * time.Millisecond):
+			}
+			op.kill()
+			kills.Add(1)
+			op.start()
+		}
+	})
+
+	// Half the Stages fail their promotion, half degrade past the grace.
+	var wg sync.WaitGroup
+	for i, s := range stages {
+		wg.Go(func() {
+			promoteAndLatch(t, s)
+			if i%2 == 0 {
+				_, err := s.FinishPromotion(ctx, "Failed")
+				must(t, err)
+			} else {
+				must(t, s.SetHealth(ctx, kargo.HealthUnhealthy))
+			}
+			waitPaused(t, s, true)
+		})
+	}
+	wg.Wait()
+	time.Sleep(time.Second) // a few more kills after the last pause
+	close(stop)
+	killer.Wait()
+	t.Logf("the operator was killed %d times during the scenario", kills.Load())
+	settle()
+
+	for i, s := range stages {
+		r := stageRecord(t, s)
+		want := latch.ReasonPromotionFailed
+		if i%2 == 1 {
+			want = latch.ReasonDegraded
+		}
+		if r.Phase != latch.PhaseFailed || r.Failure.Reason != want {
+			t.Errorf("%s: phase %s, failure %+v; want Failed with %s", s.Name, r.Phase, r.Failure, want)
+		}
+		if got := pausesFor(t, ns, s.Name); got != 1 {
+			t.Errorf("%s: %d StagePauses, want exactly 1", s.Name, got)
+		}
+		if got := eventCount(t, s, controller.ReasonStagePaused); got != 1 {
+			t.Errorf("%s: %d StagePaused Events, want exactly 1", s.Name, got)
+		}
+	}
+
+	// A person resumes one Stage; a restarted operator must not pause it
+	// again for the same failure.
+	resumed := stages[0]
+	must(t, deletePause(env.lead, ns, stageRecord(t, resumed).Failure.Pause))
+	waitPaused(t, resumed, false)
+	op.kill()
+	op.start()
+	settle()
+	if got := pausesFor(t, ns, resumed.Name); got != 0 {
+		t.Errorf("after a resume and a restart, %s has %d StagePauses, want 0", resumed.Name, got)
+	}
+	if paused(t, resumed) {
+		t.Errorf("%s is paused again after a resume and a restart", resumed.Name)
+	}
+}
+
+func pausesFor(t *testing.T, ns, stage string) int {
+	t.Helper()
+	l, err := env.dyn.Resource(v1alpha1.StagePausesResource).Namespace(ns).List(context.Background(),
+		metav1.ListOptions{LabelSelector: v1alpha1.StageLabel + "=" + stage})
+	must(t, err)
+	return len(l.Items)
+}

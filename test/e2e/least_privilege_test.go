@@ -1,0 +1,77 @@
+package e2e
+
+import (
+	"testing"
+	"time"
+
+	authorizationv1 "k8s.io/api/authorization/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+
+	"github.com/kargo-latch/kargo-latch/kargo"
+	"github.com/kargo-latch/kargo-latch/latch"
+)
+
+var projectConfigs = kargo.GroupVersion.WithResource("projectconfigs")
+
+// TestNeverWritesProjectConfigOrEnablesAutoPromotion runs a failure, a
+// pause with drain and a resume next to a ProjectConfig, and checks that
+// the ProjectConfig is untouched and that the shipped RBAC could not have
+// changed it, nor any Kargo status, nor resumed by itself.
+func TestNeverWritesProjectConfigOrEnablesAutoPromotion(t *testing.T) {
+	t.Parallel()
+	ns := newProject(t)
+	pc := &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": kargo.GroupVersion.String(), "kind": "ProjectConfig",
+		"metadata": map[string]any{"name": ns, "namespace": ns},
+		"spec": map[string]any{"promotionPolicies": []any{
+			map[string]any{"stageSelector": map[string]any{"name": "prod"}, "autoPromotionEnabled": false},
+		}},
+	}}
+	created, err := env.dyn.Resource(projectConfigs).Namespace(ns).Create(ctx, pc, metav1.CreateOptions{})
+	must(t, err)
+
+	startOperator(t, ns, latch.Settings{LatchDeadline: time.Minute, DegradedGrace: time.Minute, PauseOnFailure: true, DrainOnPause: true})
+	s := createStage(t, ns, "prod", nil)
+	promoteAndLatch(t, s)
+	must(t, autoPromote(ns, "prod"))
+	_, err = s.FinishPromotion(ctx, "Errored")
+	must(t, err)
+	waitPaused(t, s, true)
+	must(t, deletePause(env.lead, ns, stageRecord(t, s).Failure.Pause))
+	waitPaused(t, s, false)
+	settle()
+
+	got, err := env.dyn.Resource(projectConfigs).Namespace(ns).Get(ctx, ns, metav1.GetOptions{})
+	must(t, err)
+	if got.GetResourceVersion() != created.GetResourceVersion() {
+		t.Errorf("ProjectConfig changed (resourceVersion %s -> %s)", created.GetResourceVersion(), got.GetResourceVersion())
+	}
+	if u, err := s.Get(ctx); err == nil {
+		if enabled, _, _ := unstructured.NestedBool(u.Object, "status", "autoPromotionEnabled"); enabled {
+			t.Error("status.autoPromotionEnabled became true")
+		}
+	}
+
+	for _, a := range []authorizationv1.ResourceAttributes{
+		{Namespace: ns, Verb: "update", Group: kargo.GroupVersion.Group, Resource: "projectconfigs"},
+		{Namespace: ns, Verb: "patch", Group: kargo.GroupVersion.Group, Resource: "projectconfigs"},
+		{Namespace: ns, Verb: "patch", Group: kargo.GroupVersion.Group, Resource: "stages", Subresource: "status"},
+		{Namespace: ns, Verb: "patch", Group: kargo.GroupVersion.Group, Resource: "promotions", Subresource: "status"},
+		{Namespace: ns, Verb: "delete", Group: "kargo-latch.io", Resource: "stagepauses"},
+		{Namespace: ns, Verb: "delete", Group: kargo.GroupVersion.Group, Resource: "stages"},
+		{Namespace: ns, Verb: "create", Group: kargo.GroupVersion.Group, Resource: "promotions"},
+	} {
+		sar, err := env.kube.AuthorizationV1().SubjectAccessReviews().Create(ctx, &authorizationv1.SubjectAccessReview{
+			Spec: authorizationv1.SubjectAccessReviewSpec{
+				User:               "system:serviceaccount:kargo-latch:kargo-latch",
+				Groups:             []string{"system:serviceaccounts", "system:serviceaccounts:kargo-latch", "system:authenticated"},
+				ResourceAttributes: &a,
+			},
+		}, metav1.CreateOptions{})
+		must(t, err)
+		if sar.Status.Allowed {
+			t.Errorf("the operator's ServiceAccount may %s %s/%s; the shipped RBAC must not allow it", a.Verb, a.Resource, a.Subresource)
+		}
+	}
+}
