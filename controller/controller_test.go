@@ -136,3 +136,34 @@ func TestDryRunWritesNothingButReports(t *testing.T) {
 		t.Errorf("dry run stored a record %+v", r)
 	}
 }
+
+func TestFailureCreatesItsPauseOnce(t *testing.T) {
+	prior := latch.Record{Phase: latch.PhaseLatched, Promotion: "p1", FreightID: "F1", ExaminedPromotion: "p1",
+		PromotedAt: ptrTime(time.Date(2026, 11, 29, 10, 0, 0, 0, time.UTC)), LatchedAt: ptrTime(time.Date(2026, 11, 29, 10, 1, 0, 0, time.UTC))}
+	stage := healthyStage("prod", map[string]any{PauseOnFailureAnnotation: "true", StateAnnotation: prior.Encode()})
+	stage.Object["status"].(map[string]any)["lastPromotion"] = map[string]any{
+		"name": "p2", "finishedAt": "2026-11-29T11:00:00Z", "status": map[string]any{"phase": "Failed"},
+	}
+	f := newFixture(t, false, stage)
+	f.waitEvent("Warning LatchFailed")
+	pauses, err := f.client.Resource(v1alpha1.StagePausesResource).Namespace("shop").List(context.Background(), metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(pauses.Items) != 1 {
+		t.Fatalf("%d StagePauses, want 1", len(pauses.Items))
+	}
+	p := pauses.Items[0]
+	r := f.record("prod")
+	if r.Failure == nil || r.Failure.Pause != p.GetName() || !strings.HasPrefix(p.GetName(), "prod-promotionfailed-") {
+		t.Errorf("pause %q, record failure %+v; want the record to name a prod-promotionfailed-… pause", p.GetName(), r.Failure)
+	}
+	if refs := p.GetOwnerReferences(); len(refs) != 1 || refs[0].Name != "prod" {
+		t.Errorf("ownerReferences %+v, want the Stage", refs)
+	}
+	if got := p.GetLabels()[v1alpha1.ReasonLabel]; got != "PromotionFailed" {
+		t.Errorf("reason label %q, want PromotionFailed", got)
+	}
+}
+
+func ptrTime(t time.Time) *time.Time { return &t }

@@ -22,7 +22,10 @@ import (
 	"github.com/kargo-latch/kargo-latch/test/driver"
 )
 
-// The people and controllers of the tests, as static token users.
+// The people and controllers of the tests, as static token users of a
+// throwaway loopback cluster.
+//
+//nolint:gosec // test tokens
 const (
 	devToken      = "dev-token"       // bound to kargo-latch-pauser; may create Promotions
 	leadToken     = "lead-token"      // bound to kargo-latch-resumer; may update ProjectConfigs
@@ -94,9 +97,9 @@ func installShipped(ctx context.Context, c *cluster.Cluster) error {
 		return err
 	}
 	objs = append(objs,
-		clusterRole("e2e-promoter", rule("kargo.akuity.io", "promotions", "create", "get", "list"), rule("kargo.akuity.io", "stages", "get", "list", "watch")),
-		clusterRole("e2e-projectconfig-editor", rule("kargo.akuity.io", "projectconfigs", "get", "update")),
-		clusterRole("e2e-kargo-controller", rule("kargo.akuity.io", "promotions", "create", "get", "list")),
+		clusterRole("e2e-promoter", rule("promotions", "create", "get", "list"), rule("stages", "get", "list", "watch")),
+		clusterRole("e2e-projectconfig-editor", rule("projectconfigs", "get", "update")),
+		clusterRole("e2e-kargo-controller", rule("promotions", "create", "get", "list")),
 		clusterRoleBinding("e2e-dev-pauser", "kargo-latch-pauser", "dev"),
 		clusterRoleBinding("e2e-dev-promoter", "e2e-promoter", "dev"),
 		clusterRoleBinding("e2e-lead-resumer", "kargo-latch-resumer", "lead"),
@@ -107,12 +110,12 @@ func installShipped(ctx context.Context, c *cluster.Cluster) error {
 	return cluster.Apply(ctx, c.Config, objs...)
 }
 
-func rule(group, resource string, verbs ...string) map[string]any {
+func rule(resource string, verbs ...string) map[string]any {
 	vs := make([]any, len(verbs))
 	for i, v := range verbs {
 		vs[i] = v
 	}
-	return map[string]any{"apiGroups": []any{group}, "resources": []any{resource}, "verbs": vs}
+	return map[string]any{"apiGroups": []any{"kargo.akuity.io"}, "resources": []any{resource}, "verbs": vs}
 }
 
 func clusterRole(name string, rules ...map[string]any) *unstructured.Unstructured {

@@ -23,15 +23,13 @@ func autoPromote(ns, stage string) error {
 }
 
 // waitGate polls until auto-promotion to stage is denied (want true) or
-// allowed (want false), and returns the last error.
-func waitGate(t *testing.T, ns, stage string, denied bool) error {
+// allowed (want false).
+func waitGate(t *testing.T, ns, stage string, denied bool) {
 	t.Helper()
-	var last error
 	waitFor(t, "the gate to "+map[bool]string{true: "deny", false: "allow"}[denied]+" auto-promotion to "+stage, func() bool {
-		last = autoPromote(ns, stage)
-		return apierrors.IsForbidden(last) == denied && (denied || last == nil)
+		err := autoPromote(ns, stage)
+		return apierrors.IsForbidden(err) == denied && (denied || err == nil)
 	})
-	return last
 }
 
 func pause(ns, name, stage, reason string) *unstructured.Unstructured {

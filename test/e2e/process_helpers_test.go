@@ -31,7 +31,7 @@ func buildOperator(t *testing.T) string {
 		cmd := exec.Command("go", "build", "-o", operatorBinary.path, "./cmd/kargo-latch")
 		cmd.Dir = env.cluster.Root
 		if out, err := cmd.CombinedOutput(); err != nil {
-			operatorBinary.err = fmt.Errorf("go build: %v\n%s", err, out)
+			operatorBinary.err = fmt.Errorf("go build: %w\n%s", err, out)
 		}
 	})
 	if operatorBinary.err != nil {
