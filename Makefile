@@ -7,7 +7,7 @@ GOLANGCI_LINT := $(BIN)/golangci-lint
 GOLANGCI_VERSION := v2.15.0
 # Packages that run with the race detector (the issue's list, plus the rest
 # of the operator's own code).
-RACE_PKGS     := ./latch/... ./queue/... ./controller/... ./kargo/... ./metrics/...
+RACE_PKGS     := ./latch/... ./queue/... ./controller/... ./kargo/... ./metrics/... ./api/...
 FUZZTIME      ?= 15s
 
 .PHONY: all build test unit fuzz e2e lint cluster demo clean

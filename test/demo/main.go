@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"sort"
 	"strings"
 	"time"
@@ -16,10 +17,12 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/klog/v2"
 
+	"github.com/kargo-latch/kargo-latch/api/v1alpha1"
 	"github.com/kargo-latch/kargo-latch/controller"
 	"github.com/kargo-latch/kargo-latch/kargo"
 	"github.com/kargo-latch/kargo-latch/latch"
@@ -46,7 +49,11 @@ func main() {
 	}
 }
 
+// kargoToken authenticates the demo as Kargo's controller ServiceAccount.
+const kargoToken = "demo-kargo-controller" //nolint:gosec // a throwaway local cluster
+
 type demo struct {
+	kargo dynamic.Interface // as Kargo's controller
 	dyn   dynamic.Interface
 	kube  kubernetes.Interface
 	reg   *prometheus.Registry
@@ -55,12 +62,24 @@ type demo struct {
 
 func run(ctx context.Context) error {
 	say("Starting a local kube-apiserver v1.37.2 and etcd v3.7.0 (built from Go modules into bin/)")
-	c, err := cluster.Start(ctx, cluster.Options{Log: func(f string, a ...any) { say("  "+f, a...) }})
+	c, err := cluster.Start(ctx, cluster.Options{
+		Log:    func(f string, a ...any) { say("  "+f, a...) },
+		Tokens: []string{kargoToken + ",system:serviceaccount:kargo:kargo-controller,kargo-controller,"},
+	})
 	if err != nil {
 		return err
 	}
 	defer c.Stop()
-	d := &demo{dyn: dynamic.NewForConfigOrDie(c.Config), kube: kubernetes.NewForConfigOrDie(c.Config), reg: prometheus.NewRegistry()}
+	if err := installGate(ctx, c); err != nil {
+		return err
+	}
+	say("  installed the pause gate (ValidatingAdmissionPolicy) from manifests/components/pause-gate")
+	d := &demo{
+		dyn:   dynamic.NewForConfigOrDie(c.Config),
+		kube:  kubernetes.NewForConfigOrDie(c.Config),
+		kargo: dynamic.NewForConfigOrDie(c.UserConfig(kargoToken)),
+		reg:   prometheus.NewRegistry(),
+	}
 	if _, err := d.kube.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: project}}, metav1.CreateOptions{}); err != nil {
 		return err
 	}
@@ -70,7 +89,7 @@ func run(ctx context.Context) error {
 		Dynamic:      d.dyn,
 		Kube:         d.kube,
 		Namespaces:   []string{project},
-		Defaults:     latch.Settings{LatchDeadline: 30 * time.Minute, DegradedGrace: 5 * time.Minute},
+		Defaults:     latch.Settings{LatchDeadline: 30 * time.Minute, DegradedGrace: 5 * time.Minute, DrainOnPause: true},
 		Metrics:      metrics.New(d.reg, "demo"),
 		QueueMetrics: metrics.NewWorkqueueProvider(d.reg),
 	})
@@ -83,11 +102,14 @@ func run(ctx context.Context) error {
 	say("kargo-latch is running, watching project %q", project)
 
 	k := driver.New(d.dyn)
-	d.stage, err = k.CreateStage(ctx, project, "prod", map[string]string{controller.DegradedGraceAnnotation: "4s"})
+	d.stage, err = k.CreateStage(ctx, project, "prod", map[string]string{
+		controller.DegradedGraceAnnotation:  "4s",
+		controller.PauseOnFailureAnnotation: "true",
+	})
 	if err != nil {
 		return err
 	}
-	say("Created Stage %s/prod with kargo-latch.io/degraded-grace=4s", project)
+	say("Created Stage %s/prod with kargo-latch.io/degraded-grace=4s and pause-on-failure=true", project)
 	return d.play(ctx)
 }
 
@@ -157,11 +179,97 @@ func (d *demo) play(ctx context.Context) error {
 	}
 	d.showRecord(ctx)
 	d.showMetrics("kargo_latch_failures_total", "kargo_latch_stage_phase")
+	return d.pauseAndResume(ctx)
+}
+
+func (d *demo) pauseAndResume(ctx context.Context) error {
+	say("")
+	say("4. pause-on-failure: kargo-latch created a StagePause; the Stage is paused")
+	var pause string
+	if err := waitUntil(func() bool {
+		l, err := d.dyn.Resource(v1alpha1.StagePausesResource).Namespace(project).List(ctx, metav1.ListOptions{})
+		if err == nil && len(l.Items) == 1 {
+			pause = l.Items[0].GetName()
+		}
+		return pause != "" && d.labelIs(ctx, "true")
+	}); err != nil {
+		return err
+	}
+	say("   StagePause %s; label kargo-latch.io/paused=true", pause)
+	d.showMetrics("kargo_latch_stage_paused", "kargo_latch_pauses_total")
+
+	say("")
+	say("5. Kargo's controller tries to auto-promote newer Freight to prod")
+	if _, err := driver.CreatePromotion(ctx, d.kargo, project, "prod", ""); err != nil {
+		say("   the API server refused it: %v", err)
+	} else {
+		return fmt.Errorf("the gate let an auto-promotion through to a paused Stage")
+	}
+
+	say("")
+	say("6. A lead resumes: deletes the StagePause")
+	if err := d.dyn.Resource(v1alpha1.StagePausesResource).Namespace(project).Delete(ctx, pause, metav1.DeleteOptions{}); err != nil {
+		return err
+	}
+	if err := waitUntil(func() bool { return d.labelIs(ctx, "") }); err != nil {
+		return err
+	}
+	u, err := d.stage.Get(ctx)
+	if err != nil {
+		return err
+	}
+	say("   label gone; kargo.akuity.io/refresh=%s asks Kargo to re-attempt at once", u.GetAnnotations()[kargo.RefreshAnnotation])
+	if err := waitUntil(func() bool {
+		_, err := driver.CreatePromotion(ctx, d.kargo, project, "prod", "")
+		return err == nil
+	}); err != nil {
+		return err
+	}
+	say("   Kargo's auto-promotion to prod is allowed again")
 	time.Sleep(500 * time.Millisecond)
 	d.showEvents(ctx)
 	say("")
-	say("Done. Pausing the Stage on failure, the admission gate and the CLI come with the next issues.")
+	say("Done. The metrics server, alert rules, Deployment and CLI come with the next issues.")
 	return nil
+}
+
+func (d *demo) labelIs(ctx context.Context, want string) bool {
+	u, err := d.stage.Get(ctx)
+	return err == nil && u.GetLabels()[controller.PausedLabel] == want
+}
+
+func waitUntil(cond func() bool) error {
+	deadline := time.Now().Add(30 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			return fmt.Errorf("timed out")
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	return nil
+}
+
+// installGate installs the shipped pause gate, and lets the demo's stand-in
+// for Kargo's controller create Promotions as the real one may.
+func installGate(ctx context.Context, c *cluster.Cluster) error {
+	objs, err := cluster.ReadObjects(filepath.Join(c.Root, "manifests", "components", "pause-gate", "gate.yaml"))
+	if err != nil {
+		return err
+	}
+	role := &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
+		"metadata": map[string]any{"name": "demo-kargo-controller"},
+		"rules": []any{map[string]any{
+			"apiGroups": []any{"kargo.akuity.io"}, "resources": []any{"promotions"}, "verbs": []any{"create"},
+		}},
+	}}
+	binding := &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
+		"metadata": map[string]any{"name": "demo-kargo-controller"},
+		"roleRef":  map[string]any{"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "demo-kargo-controller"},
+		"subjects": []any{map[string]any{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": "system:serviceaccount:kargo:kargo-controller"}},
+	}}
+	return cluster.Apply(ctx, c.Config, append(objs, role, binding)...)
 }
 
 func (d *demo) record(ctx context.Context) (latch.Record, error) {
@@ -228,7 +336,15 @@ func (d *demo) showEvents(ctx context.Context) {
 	if err != nil {
 		return
 	}
-	sort.Slice(list.Items, func(i, j int) bool { return list.Items[i].FirstTimestamp.Before(&list.Items[j].FirstTimestamp) })
+	// Timestamps have one-second precision; break ties in story order.
+	rank := map[string]int{"HealthLatched": 1, "StageDegraded": 2, "LatchFailed": 3, "StagePaused": 4, "PromotionDrained": 5, "StageResumed": 6}
+	sort.SliceStable(list.Items, func(i, j int) bool {
+		a, b := list.Items[i], list.Items[j]
+		if !a.FirstTimestamp.Equal(&b.FirstTimestamp) {
+			return a.FirstTimestamp.Before(&b.FirstTimestamp)
+		}
+		return rank[a.Reason] < rank[b.Reason]
+	})
 	say("   Events on Stage prod (kubectl get events -n %s):", project)
 	for _, e := range list.Items {
 		say("     %-8s %-15s %s", e.Type, e.Reason, e.Message)
