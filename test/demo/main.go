@@ -6,6 +6,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"os/signal"
@@ -200,11 +201,11 @@ func (d *demo) pauseAndResume(ctx context.Context) error {
 
 	say("")
 	say("5. Kargo's controller tries to auto-promote newer Freight to prod")
-	if _, err := driver.CreatePromotion(ctx, d.kargo, project, "prod", ""); err != nil {
-		say("   the API server refused it: %v", err)
-	} else {
-		return fmt.Errorf("the gate let an auto-promotion through to a paused Stage")
+	_, err := driver.CreatePromotion(ctx, d.kargo, project, "prod", "")
+	if err == nil {
+		return errors.New("the gate let an auto-promotion through to a paused Stage")
 	}
+	say("   the API server refused it: %v", err)
 
 	say("")
 	say("6. A lead resumes: deletes the StagePause")
@@ -242,7 +243,7 @@ func waitUntil(cond func() bool) error {
 	deadline := time.Now().Add(30 * time.Second)
 	for !cond() {
 		if time.Now().After(deadline) {
-			return fmt.Errorf("timed out")
+			return errors.New("timed out")
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
