@@ -5,6 +5,7 @@ package metrics
 
 import (
 	"runtime"
+	"sync"
 
 	"github.com/prometheus/client_golang/prometheus"
 )
@@ -26,6 +27,9 @@ type Recorder struct {
 	ReconcileDuration  prometheus.Histogram
 	TimeToLatch        prometheus.Histogram
 	BuildInfo          *prometheus.GaugeVec
+
+	mu           sync.Mutex
+	pausedReason map[[2]string]string // project/stage → reason of its paused series
 }
 
 // Label names.
@@ -92,6 +96,7 @@ func New(reg prometheus.Registerer, version string) *Recorder {
 			Namespace: Namespace, Name: "build_info",
 			Help: "Always 1; labels tell the version and the Go version kargo-latch was built with.",
 		}, []string{"version", "goversion"}),
+		pausedReason: map[[2]string]string{},
 	}
 	reg.MustRegister(r.StagePaused, r.PausesTotal, r.ResumesTotal, r.StagePhase, r.FailuresTotal, r.ProgressingIgnored, r.InvalidConfig, r.InvalidInput,
 		r.ReconcileErrors, r.ReconcileDuration, r.TimeToLatch, r.BuildInfo)
@@ -112,6 +117,9 @@ func (r *Recorder) SetPhase(project, stage, phase string, all []string) {
 
 // ForgetStage removes every series of a deleted Stage.
 func (r *Recorder) ForgetStage(project, stage string) {
+	r.mu.Lock()
+	delete(r.pausedReason, [2]string{project, stage})
+	r.mu.Unlock()
 	l := prometheus.Labels{LabelProject: project, LabelStage: stage}
 	for _, v := range []interface{ DeletePartialMatch(prometheus.Labels) int }{
 		r.StagePaused, r.PausesTotal, r.ResumesTotal, r.StagePhase, r.FailuresTotal, r.ProgressingIgnored, r.InvalidConfig, r.InvalidInput,
@@ -121,10 +129,19 @@ func (r *Recorder) ForgetStage(project, stage string) {
 }
 
 // SetPaused sets the paused gauge of one Stage: 1 with reason while paused,
-// no series while not.
+// no series while not. The series is never removed and re-added while the
+// Stage stays paused, so an alert on it cannot flicker.
 func (r *Recorder) SetPaused(project, stage, reason string, paused bool) {
-	r.StagePaused.DeletePartialMatch(prometheus.Labels{LabelProject: project, LabelStage: stage})
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	key := [2]string{project, stage}
+	prev, had := r.pausedReason[key]
+	if had && (!paused || prev != reason) {
+		r.StagePaused.DeleteLabelValues(project, stage, prev)
+		delete(r.pausedReason, key)
+	}
 	if paused {
 		r.StagePaused.WithLabelValues(project, stage, reason).Set(1)
+		r.pausedReason[key] = reason
 	}
 }

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
@@ -35,6 +36,9 @@ type options struct {
 	burst      int
 	defaults   latch.Settings
 	dryRun     bool
+
+	metricsAddr string
+	probeAddr   string
 }
 
 func main() {
@@ -71,6 +75,8 @@ func parseFlags(args []string) (*options, error) {
 	fs.DurationVar(&o.defaults.DegradedGrace, "degraded-grace", 5*time.Minute, "Default of kargo-latch.io/degraded-grace: how long a latched Stage may be Unhealthy or Unknown.")
 	fs.BoolVar(&o.defaults.DrainOnPause, "drain-on-pause", true, "Default of kargo-latch.io/drain-on-pause: abort queued auto-promotions when a Stage is paused.")
 	fs.BoolVar(&o.dryRun, "dry-run", false, "Decide and report (Events, metrics, logs) but write nothing to Kargo objects.")
+	fs.StringVar(&o.metricsAddr, "metrics-bind-address", ":8080", "Address serving /metrics; 0 turns it off.")
+	fs.StringVar(&o.probeAddr, "health-probe-bind-address", ":8081", "Address serving /healthz and /readyz; 0 turns it off.")
 	klog.InitFlags(fs)
 	if err := fs.Parse(args); err != nil {
 		return nil, err
@@ -103,8 +109,8 @@ func run(ctx context.Context, o *options) error {
 	if err != nil {
 		return err
 	}
-	// The metrics server (a later issue) will serve this registry.
 	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	c, err := controller.New(controller.Config{
 		Dynamic:      dyn,
 		Kube:         kube,
@@ -119,6 +125,12 @@ func run(ctx context.Context, o *options) error {
 		return err
 	}
 	klog.FromContext(ctx).Info("Starting kargo-latch", "version", version, "namespaces", o.namespaces, "dryRun", o.dryRun)
+	if err := serveMetrics(ctx, o.metricsAddr, reg); err != nil {
+		return fmt.Errorf("metrics server: %w", err)
+	}
+	if err := serveProbes(ctx, o.probeAddr, c.HasSynced); err != nil {
+		return fmt.Errorf("health probe server: %w", err)
+	}
 	// Leader election (a later issue) will wrap this call.
 	return c.Run(ctx)
 }

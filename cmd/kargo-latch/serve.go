@@ -1,0 +1,64 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"net"
+	"net/http"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"k8s.io/klog/v2"
+)
+
+// serveMetrics serves /metrics from reg on addr until ctx is done. An addr
+// of "0" turns it off.
+func serveMetrics(ctx context.Context, addr string, reg *prometheus.Registry) error {
+	mux := http.NewServeMux()
+	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}))
+	return serve(ctx, "metrics", addr, mux)
+}
+
+// serveProbes serves /healthz (the process is up) and /readyz (ready says
+// whether the caches are synced) on addr until ctx is done.
+func serveProbes(ctx context.Context, addr string, ready func() bool) error {
+	mux := http.NewServeMux()
+	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("ok")) })
+	mux.HandleFunc("/readyz", func(w http.ResponseWriter, _ *http.Request) {
+		if !ready() {
+			http.Error(w, "informer caches not synced", http.StatusServiceUnavailable)
+			return
+		}
+		_, _ = w.Write([]byte("ok"))
+	})
+	return serve(ctx, "health probes", addr, mux)
+}
+
+// serve listens first, so that a taken port fails the start, then serves in
+// the background until ctx is done.
+func serve(ctx context.Context, what, addr string, h http.Handler) error {
+	if addr == "0" || addr == "" {
+		return nil
+	}
+	l, err := net.Listen("tcp", addr)
+	if err != nil {
+		return err
+	}
+	srv := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}
+	logger := klog.FromContext(ctx)
+	logger.Info("Serving", "what", what, "address", l.Addr().String())
+	go func() {
+		<-ctx.Done()
+		// ctx is done: give in-flight scrapes a moment on a fresh context.
+		shutdownCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		defer cancel()
+		_ = srv.Shutdown(shutdownCtx)
+	}()
+	go func() {
+		if err := srv.Serve(l); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			logger.Error(err, "Server stopped", "what", what)
+		}
+	}()
+	return nil
+}

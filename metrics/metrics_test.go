@@ -1,0 +1,150 @@
+package metrics
+
+import (
+	"sort"
+	"strings"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
+	"k8s.io/client-go/util/workqueue"
+)
+
+// contract is the metrics table of the product contract (names, types and
+// labels). Dashboards and alert rules depend on it: this test fails when
+// the code drifts from it.
+var contract = map[string]string{
+	"kargo_latch_stage_paused":               "GAUGE project,reason,stage",
+	"kargo_latch_stage_phase":                "GAUGE phase,project,stage",
+	"kargo_latch_pauses_total":               "COUNTER project,reason,stage",
+	"kargo_latch_resumes_total":              "COUNTER project,stage",
+	"kargo_latch_failures_total":             "COUNTER project,reason,stage",
+	"kargo_latch_progressing_ignored_total":  "COUNTER project,stage",
+	"kargo_latch_invalid_config_total":       "COUNTER project,stage",
+	"kargo_latch_reconcile_errors_total":     "COUNTER ",
+	"kargo_latch_time_to_latch_seconds":      "HISTOGRAM ",
+	"kargo_latch_reconcile_duration_seconds": "HISTOGRAM ",
+	"kargo_latch_build_info":                 "GAUGE goversion,version",
+	// Not in the contract's list, but part of kargo-latch's API: the
+	// bad-input counter the README documents.
+	"kargo_latch_invalid_input_total": "COUNTER input,project,stage",
+}
+
+func TestMetricsMatchTheContract(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	r := New(reg, "test")
+	// Touch every vector so that it shows up.
+	r.SetPaused("p", "s", "Manual", true)
+	r.SetPhase("p", "s", "Latched", []string{"Idle", "Latched"})
+	r.PausesTotal.WithLabelValues("p", "s", "Manual").Inc()
+	r.ResumesTotal.WithLabelValues("p", "s").Inc()
+	r.FailuresTotal.WithLabelValues("p", "s", "Degraded").Inc()
+	r.ProgressingIgnored.WithLabelValues("p", "s").Inc()
+	r.InvalidConfig.WithLabelValues("p", "s").Inc()
+	r.InvalidInput.WithLabelValues("p", "s", "state").Inc()
+	r.ReconcileErrors.Inc()
+	r.TimeToLatch.Observe(1)
+	r.ReconcileDuration.Observe(1)
+
+	got := map[string]string{}
+	for _, mf := range gather(t, reg) {
+		got[mf.GetName()] = mf.GetType().String() + " " + labelNames(mf)
+	}
+	if diff := cmp.Diff(contract, got); diff != "" {
+		t.Errorf("metrics differ from the contract (-contract +code):\n%s", diff)
+	}
+	for name, desc := range got {
+		for _, forbidden := range []string{"promotion", "freight"} {
+			if strings.Contains(desc, forbidden) {
+				t.Errorf("%s has a %s label: cardinality must stay per Stage", name, forbidden)
+			}
+		}
+	}
+}
+
+func TestForgetStageRemovesItsSeries(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	r := New(reg, "test")
+	for _, stage := range []string{"gone", "kept"} {
+		r.SetPaused("p", stage, "Manual", true)
+		r.SetPhase("p", stage, "Latched", []string{"Idle", "Latched"})
+		r.PausesTotal.WithLabelValues("p", stage, "Manual").Inc()
+	}
+	r.ForgetStage("p", "gone")
+	for _, mf := range gather(t, reg) {
+		for _, m := range mf.GetMetric() {
+			for _, l := range m.GetLabel() {
+				if l.GetName() == LabelStage && l.GetValue() == "gone" {
+					t.Errorf("%s still has a series for the deleted Stage", mf.GetName())
+				}
+			}
+		}
+	}
+}
+
+func TestSetPausedKeepsOneSeries(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	r := New(reg, "test")
+	r.SetPaused("p", "s", "Degraded", true)
+	r.SetPaused("p", "s", "Manual", true)
+	if n := countSeries(t, reg, "kargo_latch_stage_paused"); n != 1 {
+		t.Errorf("%d paused series after a reason change, want 1", n)
+	}
+	r.SetPaused("p", "s", "", false)
+	if n := countSeries(t, reg, "kargo_latch_stage_paused"); n != 0 {
+		t.Errorf("%d paused series after the resume, want 0 (no stale paused=1)", n)
+	}
+}
+
+func TestWorkqueueMetricsArePrefixed(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	q := workqueue.NewTypedRateLimitingQueueWithConfig(workqueue.DefaultTypedControllerRateLimiter[string](),
+		workqueue.TypedRateLimitingQueueConfig[string]{Name: "stages", MetricsProvider: NewWorkqueueProvider(reg)})
+	q.Add("x")
+	item, _ := q.Get()
+	q.Done(item)
+	q.ShutDown()
+	names := map[string]bool{}
+	for _, mf := range gather(t, reg) {
+		names[mf.GetName()] = true
+		if !strings.HasPrefix(mf.GetName(), "kargo_latch_workqueue_") || labelNames(mf) != "name" {
+			t.Errorf("workqueue metric %s{%s}, want kargo_latch_workqueue_*{name}", mf.GetName(), labelNames(mf))
+		}
+	}
+	for _, want := range []string{"kargo_latch_workqueue_depth", "kargo_latch_workqueue_adds_total", "kargo_latch_workqueue_work_duration_seconds"} {
+		if !names[want] {
+			t.Errorf("missing %s", want)
+		}
+	}
+}
+
+func gather(t *testing.T, reg *prometheus.Registry) []*dto.MetricFamily {
+	t.Helper()
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return mfs
+}
+
+func countSeries(t *testing.T, reg *prometheus.Registry, name string) int {
+	for _, mf := range gather(t, reg) {
+		if mf.GetName() == name {
+			return len(mf.GetMetric())
+		}
+	}
+	return 0
+}
+
+func labelNames(mf *dto.MetricFamily) string {
+	if len(mf.GetMetric()) == 0 {
+		return ""
+	}
+	var names []string
+	for _, l := range mf.GetMetric()[0].GetLabel() {
+		names = append(names, l.GetName())
+	}
+	sort.Strings(names)
+	return strings.Join(names, ",")
+}
