@@ -7,10 +7,11 @@ GOLANGCI_LINT := $(BIN)/golangci-lint
 GOLANGCI_VERSION := v2.15.0
 # Packages that run with the race detector (the issue's list, plus the rest
 # of the operator's own code).
-RACE_PKGS     := ./latch/... ./queue/... ./controller/... ./kargo/... ./metrics/... ./api/...
+RACE_PKGS     := ./latch/... ./queue/... ./controller/... ./kargo/... ./metrics/... ./api/... ./hack/...
+PROMTOOL      ?= promtool
 FUZZTIME      ?= 15s
 
-.PHONY: all build test unit fuzz e2e lint cluster demo clean
+.PHONY: all build test unit fuzz rules e2e lint cluster demo generate clean
 
 all: build
 
@@ -19,7 +20,7 @@ build:
 
 ## test: everything CI runs: lint, unit tests with -race, bounded fuzzing,
 ## and the acceptance tests on a real kube-apiserver.
-test: lint unit fuzz e2e
+test: lint unit rules fuzz e2e
 
 unit:
 	$(GO) test -race -count=1 $(RACE_PKGS) ./cmd/...
@@ -44,6 +45,16 @@ $(BIN)/kube-apiserver:
 $(BIN)/etcd:
 	@echo ">> Building etcd v3.7.0 from Go modules into bin/ (first run only; under a minute)..."
 	cd test/tools && $(GO) build -o $(BIN)/etcd ./etcd
+
+## rules: check the alert rules and run their unit tests with promtool.
+rules:
+	@command -v $(PROMTOOL) >/dev/null || (echo "promtool is missing: apt-get install prometheus" && exit 1)
+	$(PROMTOOL) check rules manifests/prometheus/rules.yaml
+	cd manifests/prometheus && $(PROMTOOL) test rules rules_test.yaml
+
+## generate: regenerate the PrometheusRule from the plain rules file.
+generate:
+	$(GO) run ./hack/prometheusrule
 
 lint: $(GOLANGCI_LINT)
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
