@@ -1,0 +1,187 @@
+package e2e
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+
+	dto "github.com/prometheus/client_model/go"
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
+)
+
+func freePort(t *testing.T) int {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port
+}
+
+func httpGet(url string) (int, []byte, error) {
+	resp, err := http.Get(url) //nolint:gosec,noctx // loopback test endpoints
+	if err != nil {
+		return 0, nil, err
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	return resp.StatusCode, b, err
+}
+
+// metricsProcess starts the operator binary for ns with its metrics and
+// probe servers on loopback, waits until it is ready, and returns the URL of
+// its /metrics. The process stops with the test.
+func metricsProcess(t *testing.T, ns string, extra ...string) string {
+	t.Helper()
+	mport, pport := freePort(t), freePort(t)
+	args := append([]string{"--namespace", ns,
+		"--metrics-bind-address", "127.0.0.1:" + strconv.Itoa(mport),
+		"--health-probe-bind-address", "127.0.0.1:" + strconv.Itoa(pport)}, extra...)
+	p := newProcess(t, args...)
+	p.start()
+	waitFor(t, "the operator to be ready", func() bool {
+		code, _, err := httpGet(fmt.Sprintf("http://127.0.0.1:%d/readyz", pport))
+		return err == nil && code == http.StatusOK
+	})
+	return fmt.Sprintf("http://127.0.0.1:%d/metrics", mport)
+}
+
+// scrape reads and parses the operator's /metrics.
+func scrape(t *testing.T, url string) map[string]*dto.MetricFamily {
+	t.Helper()
+	code, body, err := httpGet(url)
+	if err != nil || code != http.StatusOK {
+		t.Fatalf("GET %s: %d %v", url, code, err)
+	}
+	parser := expfmt.NewTextParser(model.LegacyValidation)
+	mfs, err := parser.TextToMetricFamilies(strings.NewReader(string(body)))
+	if err != nil {
+		t.Fatalf("parsing /metrics: %v", err)
+	}
+	return mfs
+}
+
+// series returns the value of each series of a family whose labels include
+// match, keyed by the remaining labels; histograms give their sample count.
+func series(mfs map[string]*dto.MetricFamily, name string, match map[string]string) map[string]float64 {
+	out := map[string]float64{}
+	mf, ok := mfs[name]
+	if !ok {
+		return out
+	}
+next:
+	for _, m := range mf.GetMetric() {
+		var key []string
+		for _, l := range m.GetLabel() {
+			if want, ok := match[l.GetName()]; ok {
+				if want != l.GetValue() {
+					continue next
+				}
+				continue
+			}
+			key = append(key, l.GetName()+"="+l.GetValue())
+		}
+		v := m.GetGauge().GetValue() + m.GetCounter().GetValue() + float64(m.GetHistogram().GetSampleCount())
+		out[strings.Join(key, ",")] = v
+	}
+	return out
+}
+
+// promServer is a real Prometheus (Debian's package) scraping one target
+// every second and evaluating kargo-latch's shipped rules every second.
+type promServer struct {
+	url string
+}
+
+func startPrometheus(t *testing.T, target string) *promServer {
+	t.Helper()
+	bin, err := exec.LookPath("prometheus")
+	if err != nil {
+		t.Fatal("the prometheus binary is missing: apt-get install prometheus (.ci/run does)")
+	}
+	dir := t.TempDir()
+	cfg := fmt.Sprintf(`global:
+  scrape_interval: 1s
+  evaluation_interval: 1s
+rule_files: [%q]
+scrape_configs:
+- job_name: kargo-latch
+  static_configs:
+  - targets: [%q]
+`, filepath.Join(env.cluster.Root, "manifests", "prometheus", "rules.yaml"), target)
+	must(t, os.WriteFile(filepath.Join(dir, "prometheus.yml"), []byte(cfg), 0o600))
+	port := freePort(t)
+	log, err := os.Create(filepath.Join(dir, "prometheus.log"))
+	must(t, err)
+	cmd := exec.Command(bin, "--config.file="+filepath.Join(dir, "prometheus.yml"),
+		"--storage.tsdb.path="+filepath.Join(dir, "data"),
+		"--web.listen-address=127.0.0.1:"+strconv.Itoa(port), "--log.level=warn")
+	cmd.Stdout, cmd.Stderr = log, log
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	must(t, cmd.Start())
+	t.Cleanup(func() {
+		_ = cmd.Process.Kill()
+		_ = cmd.Wait()
+		if t.Failed() {
+			b, _ := os.ReadFile(log.Name())
+			t.Logf("prometheus log:\n%s", b)
+		}
+	})
+	p := &promServer{url: fmt.Sprintf("http://127.0.0.1:%d", port)}
+	waitFor(t, "Prometheus to scrape the operator", func() bool {
+		code, body, err := httpGet(p.url + "/api/v1/query?query=up")
+		return err == nil && code == http.StatusOK && strings.Contains(string(body), `"value":[`) && strings.Contains(string(body), `"1"]`)
+	})
+	return p
+}
+
+type alert struct {
+	Labels model.LabelSet `json:"labels"`
+	State  string         `json:"state"`
+}
+
+func (p *promServer) alerts(t *testing.T) []alert {
+	t.Helper()
+	code, body, err := httpGet(p.url + "/api/v1/alerts")
+	if err != nil || code != http.StatusOK {
+		t.Fatalf("GET /api/v1/alerts: %d %v", code, err)
+	}
+	var resp struct {
+		Data struct {
+			Alerts []alert `json:"alerts"`
+		} `json:"data"`
+	}
+	must(t, json.Unmarshal(body, &resp))
+	return resp.Data.Alerts
+}
+
+// firing finds a firing alert of that name whose labels include match.
+func (p *promServer) firing(t *testing.T, name string, match map[string]string) *alert {
+	t.Helper()
+	for _, a := range p.alerts(t) {
+		if string(a.Labels["alertname"]) != name || a.State != "firing" {
+			continue
+		}
+		ok := true
+		for k, v := range match {
+			if string(a.Labels[model.LabelName(k)]) != v {
+				ok = false
+			}
+		}
+		if ok {
+			return &a
+		}
+	}
+	return nil
+}
