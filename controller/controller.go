@@ -202,20 +202,32 @@ func (c *Controller) HasSynced() bool {
 	return true
 }
 
-// Run starts the informers and workers, and blocks until ctx is done.
+// Run starts the informers and the workers, and blocks until ctx is done.
 func (c *Controller) Run(ctx context.Context) error {
-	logger := klog.FromContext(ctx)
+	if err := c.Start(ctx); err != nil {
+		return err
+	}
+	c.RunWorkers(ctx)
+	return nil
+}
+
+// Start starts the informers and waits until their caches are synced. The
+// informers run until ctx is done. A standby replica calls only Start, so
+// that it is ready to take over with warm caches; the leader then calls
+// RunWorkers.
+func (c *Controller) Start(ctx context.Context) error {
 	if c.recorder == nil {
 		broadcaster := record.NewBroadcaster(record.WithContext(ctx))
 		broadcaster.StartStructuredLogging(4)
 		broadcaster.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: c.cfg.Kube.CoreV1().Events("")})
-		defer broadcaster.Shutdown()
+		go func() { <-ctx.Done(); broadcaster.Shutdown() }()
 		c.recorder = broadcaster.NewRecorder(scheme.Scheme, corev1.EventSource{Component: FieldManager})
 	}
 	for _, f := range c.factories {
 		f.Start(ctx.Done())
 	}
-	defer func() {
+	go func() {
+		<-ctx.Done()
 		for _, f := range c.factories {
 			f.Shutdown()
 		}
@@ -223,7 +235,13 @@ func (c *Controller) Run(ctx context.Context) error {
 	if !cache.WaitForNamedCacheSyncWithContext(ctx, c.synced...) {
 		return errors.New("informer caches did not sync")
 	}
-	logger.Info("Caches synced; starting workers", "workers", c.cfg.Workers, "dryRun", c.cfg.DryRun)
+	return nil
+}
+
+// RunWorkers syncs Stages and StagePauses until ctx is done. Only the
+// leader runs it.
+func (c *Controller) RunWorkers(ctx context.Context) {
+	klog.FromContext(ctx).Info("Starting workers", "workers", c.cfg.Workers, "dryRun", c.cfg.DryRun)
 	countError := func(cache.ObjectName, error) { c.cfg.Metrics.ReconcileErrors.Inc() }
 	pauseWorker := &queue.Worker{Queue: c.pauseQueue, Sync: c.syncPauseStatus, MaxRetries: maxRetries, OnError: countError}
 	stageWorker := &queue.Worker{Queue: c.queue, Sync: c.syncStage, MaxRetries: maxRetries, OnError: countError}
@@ -231,7 +249,6 @@ func (c *Controller) Run(ctx context.Context) error {
 	go func() { defer close(done); pauseWorker.Run(ctx, 1) }()
 	stageWorker.Run(ctx, c.cfg.Workers)
 	<-done
-	return nil
 }
 
 // stageByKey reads a Stage from the informer cache of its namespace.

@@ -39,6 +39,10 @@ type options struct {
 
 	metricsAddr string
 	probeAddr   string
+
+	leaderElect bool
+	leaderNS    string
+	leaderID    string
 }
 
 func main() {
@@ -77,6 +81,9 @@ func parseFlags(args []string) (*options, error) {
 	fs.BoolVar(&o.dryRun, "dry-run", false, "Decide and report (Events, metrics, logs) but write nothing to Kargo objects.")
 	fs.StringVar(&o.metricsAddr, "metrics-bind-address", ":8080", "Address serving /metrics; 0 turns it off.")
 	fs.StringVar(&o.probeAddr, "health-probe-bind-address", ":8081", "Address serving /healthz and /readyz; 0 turns it off.")
+	fs.BoolVar(&o.leaderElect, "leader-elect", false, "Elect a leader among replicas with a Lease; only the leader reconciles.")
+	fs.StringVar(&o.leaderNS, "leader-election-namespace", "", "Namespace of the Lease; the Pod's own namespace when empty (kargo-latch outside a Pod).")
+	fs.StringVar(&o.leaderID, "leader-election-id", "kargo-latch", "Name of the Lease.")
 	klog.InitFlags(fs)
 	if err := fs.Parse(args); err != nil {
 		return nil, err
@@ -128,11 +135,23 @@ func run(ctx context.Context, o *options) error {
 	if err := serveMetrics(ctx, o.metricsAddr, reg); err != nil {
 		return fmt.Errorf("metrics server: %w", err)
 	}
+	// Ready once the caches are synced, leader or standby alike.
 	if err := serveProbes(ctx, o.probeAddr, c.HasSynced); err != nil {
 		return fmt.Errorf("health probe server: %w", err)
 	}
-	// Leader election (a later issue) will wrap this call.
-	return c.Run(ctx)
+	if err := c.Start(ctx); err != nil {
+		return err
+	}
+	if !o.leaderElect {
+		c.RunWorkers(ctx)
+		return nil
+	}
+	ns := o.leaderNS
+	if ns == "" {
+		ns = podNamespace("kargo-latch")
+	}
+	leadOrStandBy(ctx, kube, ns, o.leaderID, c.RunWorkers)
+	return nil
 }
 
 func restConfig(kubeconfig string) (*rest.Config, error) {

@@ -5,8 +5,11 @@ import (
 	"time"
 
 	authorizationv1 "k8s.io/api/authorization/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/dynamic"
 
 	"github.com/kargo-latch/kargo-latch/kargo"
 	"github.com/kargo-latch/kargo-latch/latch"
@@ -51,6 +54,21 @@ func TestNeverWritesProjectConfigOrEnablesAutoPromotion(t *testing.T) {
 		if enabled, _, _ := unstructured.NestedBool(u.Object, "status", "autoPromotionEnabled"); enabled {
 			t.Error("status.autoPromotionEnabled became true")
 		}
+	}
+
+	// Acting as the operator's ServiceAccount: ProjectConfig writes are
+	// denied, and so are Stage spec changes (the metadata-only policy).
+	asOperator := dynamic.NewForConfigOrDie(env.operator)
+	pcPatch := []byte(`{"spec":{"promotionPolicies":[{"stageSelector":{"name":"prod"},"autoPromotionEnabled":true}]}}`)
+	if _, err := asOperator.Resource(projectConfigs).Namespace(ns).Patch(ctx, ns, types.MergePatchType, pcPatch, metav1.PatchOptions{}); !apierrors.IsForbidden(err) {
+		t.Errorf("the operator's identity enabling auto-promotion: %v, want Forbidden", err)
+	}
+	stages := asOperator.Resource(kargo.StagesResource).Namespace(ns)
+	if _, err := stages.Patch(ctx, "prod", types.MergePatchType, []byte(`{"spec":{"shard":"elsewhere"}}`), metav1.PatchOptions{}); !apierrors.IsForbidden(err) {
+		t.Errorf("the operator's identity changing a Stage's spec: %v, want Forbidden", err)
+	}
+	if _, err := stages.Patch(ctx, "prod", types.MergePatchType, []byte(`{"metadata":{"labels":{"e2e":"ok"}}}`), metav1.PatchOptions{}); err != nil {
+		t.Errorf("the operator's identity changing a Stage's metadata: %v, want it allowed", err)
 	}
 
 	for _, a := range []authorizationv1.ResourceAttributes{

@@ -87,12 +87,7 @@ func run(m *testing.M) int {
 // RBAC, the people's roles) and the pause gate, plus the test actors' own
 // rights.
 func installShipped(ctx context.Context, c *cluster.Cluster) error {
-	files, err := filepath.Glob(filepath.Join(c.Root, "manifests", "base", "*.yaml"))
-	if err != nil {
-		return err
-	}
-	files = append(files, filepath.Join(c.Root, "manifests", "components", "pause-gate", "gate.yaml"))
-	objs, err := cluster.ReadObjects(files...)
+	objs, err := cluster.Kustomize(filepath.Join(c.Root, "manifests", "default"))
 	if err != nil {
 		return err
 	}

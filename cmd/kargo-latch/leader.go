@@ -1,0 +1,82 @@
+package main
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"os"
+	"strings"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/leaderelection"
+	"k8s.io/client-go/tools/leaderelection/resourcelock"
+	"k8s.io/klog/v2"
+)
+
+// Leader election timings: client-go's usual ones. A leader that dies
+// without releasing its Lease is replaced within LeaseDuration+RetryPeriod.
+const (
+	leaseDuration = 15 * time.Second
+	renewDeadline = 10 * time.Second
+	retryPeriod   = 2 * time.Second
+)
+
+// leadOrStandBy runs work while this replica holds the Lease. A standby
+// keeps its caches warm and waits. Losing the Lease ends the process at
+// once, so that two replicas never write together; on shutdown (ctx done)
+// the Lease is released so that the standby takes over without waiting.
+func leadOrStandBy(ctx context.Context, kube kubernetes.Interface, namespace, name string, work func(context.Context)) {
+	logger := klog.FromContext(ctx)
+	id := identity()
+	lock := &resourcelock.LeaseLock{
+		LeaseMeta:  metav1.ObjectMeta{Name: name, Namespace: namespace},
+		Client:     kube.CoordinationV1(),
+		LockConfig: resourcelock.ResourceLockConfig{Identity: id},
+	}
+	leaderelection.RunOrDie(ctx, leaderelection.LeaderElectionConfig{
+		Lock:            lock,
+		Name:            name,
+		ReleaseOnCancel: true,
+		LeaseDuration:   leaseDuration,
+		RenewDeadline:   renewDeadline,
+		RetryPeriod:     retryPeriod,
+		Callbacks: leaderelection.LeaderCallbacks{
+			OnStartedLeading: func(ctx context.Context) {
+				logger.Info("Became the leader", "identity", id)
+				work(ctx)
+			},
+			OnStoppedLeading: func() {
+				if ctx.Err() != nil {
+					logger.Info("Released the lease on shutdown", "identity", id)
+					return
+				}
+				logger.Error(nil, "Lost the lease; exiting so that only the new leader writes", "identity", id)
+				klog.Flush()
+				os.Exit(1)
+			},
+			OnNewLeader: func(leader string) {
+				if leader != id {
+					logger.Info("Standing by", "leader", leader)
+				}
+			},
+		},
+	})
+}
+
+func identity() string {
+	host, _ := os.Hostname()
+	b := make([]byte, 4)
+	_, _ = rand.Read(b)
+	return host + "_" + hex.EncodeToString(b)
+}
+
+// podNamespace is the namespace the process runs in, in a Pod; else def.
+func podNamespace(def string) string {
+	b, err := os.ReadFile("/var/run/secrets/kubernetes.io/serviceaccount/namespace")
+	if err != nil || strings.TrimSpace(string(b)) == "" {
+		return def
+	}
+	return strings.TrimSpace(string(b))
+}
