@@ -44,6 +44,13 @@ func httpGet(url string) (int, []byte, error) {
 // its /metrics. The process stops with the test.
 func metricsProcess(t *testing.T, ns string, extra ...string) string {
 	t.Helper()
+	_, url := startMetricsProcess(t, ns, extra...)
+	return url
+}
+
+// startMetricsProcess is metricsProcess that also returns the process.
+func startMetricsProcess(t *testing.T, ns string, extra ...string) (*process, string) {
+	t.Helper()
 	mport, pport := freePort(t), freePort(t)
 	args := append([]string{"--namespace", ns,
 		"--metrics-bind-address", "127.0.0.1:" + strconv.Itoa(mport),
@@ -54,7 +61,7 @@ func metricsProcess(t *testing.T, ns string, extra ...string) string {
 		code, _, err := httpGet(fmt.Sprintf("http://127.0.0.1:%d/readyz", pport))
 		return err == nil && code == http.StatusOK
 	})
-	return fmt.Sprintf("http://127.0.0.1:%d/metrics", mport)
+	return p, fmt.Sprintf("http://127.0.0.1:%d/metrics", mport)
 }
 
 // scrape reads and parses the operator's /metrics.

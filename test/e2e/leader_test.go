@@ -1,0 +1,70 @@
+package e2e
+
+import (
+	"testing"
+	"time"
+
+	"github.com/kargo-latch/kargo-latch/controller"
+	"github.com/kargo-latch/kargo-latch/kargo"
+	"github.com/kargo-latch/kargo-latch/test/driver"
+)
+
+// TestLeaderElection runs two replicas of the binary: exactly one
+// reconciles; killing it with SIGKILL hands over to the other within the
+// Lease's timings, and failures around the handover pause exactly once.
+func TestLeaderElection(t *testing.T) {
+	t.Parallel()
+	ns := newProject(t)
+	args := []string{"--leader-elect", "--leader-election-namespace", "kargo-latch", "--leader-election-id", "e2e-" + ns, "--pause-on-failure"}
+	a, aURL := startMetricsProcess(t, ns, args...)
+	time.Sleep(500 * time.Millisecond) // let a win the first election
+	b, bURL := startMetricsProcess(t, ns, args...)
+
+	before := createStage(t, ns, "before", nil)
+	during := createStage(t, ns, "during", nil)
+	promoteAndLatch(t, before)
+	promoteAndLatch(t, during)
+
+	syncs := func(url string) float64 {
+		return series(scrape(t, url), "kargo_latch_reconcile_duration_seconds", nil)[""]
+	}
+	leader, leaderURL, standbyURL := a, aURL, bURL
+	if syncs(aURL) == 0 {
+		leader, leaderURL, standbyURL = b, bURL, aURL
+	}
+	if syncs(leaderURL) == 0 || syncs(standbyURL) != 0 {
+		t.Fatalf("Stage syncs per replica: %v and %v; want exactly one replica reconciling", syncs(leaderURL), syncs(standbyURL))
+	}
+
+	// One failure just before the leader dies, one while no one leads.
+	_, err := before.FinishPromotion(ctx, "Failed")
+	must(t, err)
+	time.Sleep(20 * time.Millisecond)
+	leader.kill()
+	killedAt := time.Now()
+	must(t, during.SetHealth(ctx, kargo.HealthUnhealthy))
+	_, err = during.FinishPromotion(ctx, "Errored")
+	must(t, err)
+
+	waitPaused(t, during, true)
+	failover := time.Since(killedAt)
+	t.Logf("failover: the standby paused a Stage %v after the leader was killed", failover.Round(time.Millisecond))
+	if failover > 20*time.Second {
+		t.Errorf("failover took %v, want under 20s", failover)
+	}
+	waitPaused(t, before, true)
+	settle()
+	if syncs(standbyURL) == 0 {
+		t.Error("the new leader has not reconciled")
+	}
+	for _, s := range []string{before.Name, during.Name} {
+		if n := pausesFor(t, ns, s); n != 1 {
+			t.Errorf("%s: %d StagePauses across the failover, want 1", s, n)
+		}
+	}
+	for _, s := range []*driver.Stage{before, during} {
+		if n := eventCount(t, s, controller.ReasonStagePaused); n != 1 {
+			t.Errorf("%s: %d StagePaused Events across the failover, want 1", s.Name, n)
+		}
+	}
+}
