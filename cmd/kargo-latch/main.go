@@ -8,6 +8,8 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
+	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"time"
@@ -20,6 +22,7 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/klog/v2"
 
+	"github.com/kargo-latch/kargo-latch/cli"
 	"github.com/kargo-latch/kargo-latch/controller"
 	"github.com/kargo-latch/kargo-latch/latch"
 	"github.com/kargo-latch/kargo-latch/metrics"
@@ -46,6 +49,15 @@ type options struct {
 }
 
 func main() {
+	// The same binary is the people's CLI, and a kubectl plugin when named
+	// kubectl-latch.
+	if isCLI(os.Args) {
+		args := os.Args[1:]
+		ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
+		code := cli.Run(ctx, args, os.Stdout, os.Stderr)
+		stop()
+		os.Exit(code)
+	}
 	opts, err := parseFlags(os.Args[1:])
 	if err != nil {
 		if errors.Is(err, flag.ErrHelp) {
@@ -152,6 +164,13 @@ func run(ctx context.Context, o *options) error {
 	}
 	leadOrStandBy(ctx, kube, ns, o.leaderID, c.RunWorkers)
 	return nil
+}
+
+func isCLI(args []string) bool {
+	if strings.HasPrefix(filepath.Base(args[0]), "kubectl-latch") {
+		return true
+	}
+	return len(args) > 1 && slices.Contains(cli.Commands, args[1])
 }
 
 func restConfig(kubeconfig string) (*rest.Config, error) {

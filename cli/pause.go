@@ -1,0 +1,164 @@
+package cli
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"strings"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/client-go/dynamic"
+
+	"github.com/kargo-latch/kargo-latch/api/v1alpha1"
+	"github.com/kargo-latch/kargo-latch/kargo"
+)
+
+func pause(ctx context.Context, args []string, out io.Writer) error {
+	c := newFlags("pause")
+	var all bool
+	var reason, message string
+	c.fs.BoolVar(&all, "all", false, "pause every Stage of the project")
+	c.fs.StringVar(&reason, "reason", "", "why (default Manual, or ProjectPause with --all)")
+	c.fs.StringVar(&message, "message", "", "free text for people")
+	pos, err := c.parse(args)
+	if err != nil {
+		return err
+	}
+	stage := v1alpha1.AllStages
+	switch {
+	case all && len(pos) == 0:
+		if reason == "" {
+			reason = v1alpha1.ReasonProjectPause
+		}
+	case !all && len(pos) == 1:
+		stage = pos[0]
+	default:
+		return fmt.Errorf("pause takes one STAGE, or --all")
+	}
+	if reason == "" {
+		reason = v1alpha1.ReasonManual
+	}
+	client, ns, err := c.client()
+	if err != nil {
+		return err
+	}
+	if stage != v1alpha1.AllStages {
+		if _, err := client.Resource(kargo.StagesResource).Namespace(ns).Get(ctx, stage, metav1.GetOptions{}); err != nil {
+			if apierrors.IsNotFound(err) {
+				return fmt.Errorf("no such Stage %s in project %s", stage, ns)
+			}
+			if !apierrors.IsForbidden(err) { // pausing needs no right on Stages
+				return err
+			}
+		}
+	}
+	prefix := stage + "-"
+	if stage == v1alpha1.AllStages {
+		prefix = "project-"
+	}
+	p := &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": v1alpha1.GroupVersion.String(), "kind": "StagePause",
+		"metadata": map[string]any{
+			"generateName": strings.ToLower(prefix),
+			"namespace":    ns,
+			"labels":       map[string]any{v1alpha1.StageLabel: labelValue(stage), v1alpha1.ReasonLabel: reason},
+		},
+		"spec": map[string]any{"stage": stage, "reason": reason, "message": message},
+	}}
+	created, err := client.Resource(v1alpha1.StagePausesResource).Namespace(ns).Create(ctx, p, metav1.CreateOptions{})
+	if err != nil {
+		return explain(err, "create", ns, "kargo-latch-pauser")
+	}
+	what := "Stage " + stage + " is"
+	if stage == v1alpha1.AllStages {
+		what = "every Stage of project " + ns + " is"
+	}
+	_, err = fmt.Fprintf(out, "stagepause %s/%s created: %s paused (reason %s)\n", ns, created.GetName(), what, reason)
+	return err
+}
+
+// labelValue makes "*" a valid label value.
+func labelValue(stage string) string {
+	if stage == v1alpha1.AllStages {
+		return "all"
+	}
+	return stage
+}
+
+func resume(ctx context.Context, args []string, out io.Writer) error {
+	c := newFlags("resume")
+	var all bool
+	c.fs.BoolVar(&all, "all", false, "delete the project-wide pause")
+	pos, err := c.parse(args)
+	if err != nil {
+		return err
+	}
+	if all == (len(pos) == 1) || len(pos) > 1 {
+		return fmt.Errorf("resume takes one STAGE, or --all")
+	}
+	client, ns, err := c.client()
+	if err != nil {
+		return err
+	}
+	pauses, err := listPauses(ctx, client, ns)
+	if err != nil {
+		return explain(err, "list", ns, "kargo-latch-resumer")
+	}
+	target := v1alpha1.AllStages
+	if !all {
+		target = pos[0]
+	}
+	var mine, projectWide []string
+	for _, p := range pauses {
+		switch {
+		case p.DeletionTimestamp != nil:
+		case p.Spec.Stage == target:
+			mine = append(mine, p.Name)
+		case p.Spec.Stage == v1alpha1.AllStages:
+			projectWide = append(projectWide, p.Name)
+		}
+	}
+	if len(mine) == 0 {
+		switch {
+		case all:
+			return fmt.Errorf("project %s has no project-wide pause", ns)
+		case len(projectWide) > 0:
+			return fmt.Errorf("stage %s has no pause of its own; it is paused by the project-wide StagePause %s (resume --all -n %s)",
+				target, strings.Join(projectWide, ", "), ns)
+		}
+		if err := stageExists(ctx, client, ns, target); err != nil {
+			return err
+		}
+		return fmt.Errorf("stage %s in project %s is not paused", target, ns)
+	}
+	for _, name := range mine {
+		err := client.Resource(v1alpha1.StagePausesResource).Namespace(ns).Delete(ctx, name, metav1.DeleteOptions{})
+		if err != nil && !apierrors.IsNotFound(err) {
+			return explain(err, "delete", ns, "kargo-latch-resumer")
+		}
+		fmt.Fprintf(out, "stagepause %s/%s deleted\n", ns, name)
+	}
+	if !all && len(projectWide) > 0 {
+		_, err = fmt.Fprintf(out, "Stage %s is still paused by the project-wide StagePause %s\n", target, strings.Join(projectWide, ", "))
+		return err
+	}
+	what := "Stage " + target
+	if all {
+		what = "project " + ns
+	}
+	_, err = fmt.Fprintf(out, "%s resumed; kargo-latch asks Kargo to re-attempt auto-promotion now\n", what)
+	return err
+}
+
+func stageExists(ctx context.Context, client dynamic.Interface, ns, stage string) error {
+	_, err := client.Resource(kargo.StagesResource).Namespace(ns).Get(ctx, stage, metav1.GetOptions{})
+	if apierrors.IsNotFound(err) {
+		return fmt.Errorf("no such Stage %s in project %s", stage, ns)
+	}
+	if apierrors.IsForbidden(err) {
+		return nil
+	}
+	return err
+}
