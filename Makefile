@@ -66,7 +66,7 @@ $(GOLANGCI_LINT):
 	GOBIN=$(BIN) $(GO) install github.com/golangci/golangci-lint/v2/cmd/golangci-lint@$(GOLANGCI_VERSION)
 
 ## demo: start a local test cluster, run the operator, and play a scenario.
-demo: cluster
+demo: cluster build
 	$(GO) run ./test/demo
 
 clean:

@@ -243,6 +243,9 @@ func containsState(stat []byte, state byte) bool {
 	return false
 }
 
+// FreePorts returns n free loopback ports.
+func FreePorts(n int) ([]int, error) { return freePorts(n) }
+
 func freePorts(n int) ([]int, error) {
 	var ports []int
 	var listeners []net.Listener

@@ -1,7 +1,9 @@
-// Command demo plays kargo-latch's main job on a local test cluster: it
-// starts kube-apiserver and etcd, installs Kargo's CRDs, runs the operator,
-// and drives a Stage through a promotion, health flaps and a degradation
-// while narrating what kargo-latch does. Run it with `make demo`.
+// Command demo plays kargo-latch's main job on a local test cluster, the way
+// it runs in a real one. It starts kube-apiserver and etcd (built from Go
+// modules), installs Kargo's CRDs and kargo-latch's shipped manifests, runs
+// two replicas of the real binary with leader election as their own
+// ServiceAccount, and drives a Kargo project through a story while
+// narrating. Run it with `make demo`; DEMO_KEEP=1 keeps the cluster up.
 package main
 
 import (
@@ -9,30 +11,30 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"os/exec"
 	"os/signal"
 	"path/filepath"
-	"sort"
-	"strings"
+	"strconv"
+	"syscall"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
-	corev1 "k8s.io/api/core/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
-	"k8s.io/klog/v2"
 
-	"github.com/kargo-latch/kargo-latch/api/v1alpha1"
-	"github.com/kargo-latch/kargo-latch/controller"
-	"github.com/kargo-latch/kargo-latch/kargo"
-	"github.com/kargo-latch/kargo-latch/latch"
-	"github.com/kargo-latch/kargo-latch/metrics"
 	"github.com/kargo-latch/kargo-latch/test/cluster"
-	"github.com/kargo-latch/kargo-latch/test/driver"
 )
 
 const project = "shop"
+
+// Static users of the local cluster (throwaway tokens).
+//
+//nolint:gosec // a throwaway local cluster
+const (
+	kargoToken = "demo-kargo-controller"
+	devToken   = "demo-dev"
+	leadToken  = "demo-lead"
+)
 
 var start = time.Now()
 
@@ -41,7 +43,7 @@ func say(format string, args ...any) {
 }
 
 func main() {
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	err := run(ctx)
 	stop()
 	if err != nil {
@@ -50,304 +52,181 @@ func main() {
 	}
 }
 
-// kargoToken authenticates the demo as Kargo's controller ServiceAccount.
-const kargoToken = "demo-kargo-controller" //nolint:gosec // a throwaway local cluster
-
-type demo struct {
-	kargo dynamic.Interface // as Kargo's controller
-	dyn   dynamic.Interface
-	kube  kubernetes.Interface
-	reg   *prometheus.Registry
-	stage *driver.Stage
-}
-
 func run(ctx context.Context) error {
 	say("Starting a local kube-apiserver v1.37.2 and etcd v3.7.0 (built from Go modules into bin/)")
 	c, err := cluster.Start(ctx, cluster.Options{
-		Log:    func(f string, a ...any) { say("  "+f, a...) },
-		Tokens: []string{kargoToken + ",system:serviceaccount:kargo:kargo-controller,kargo-controller,"},
+		Log: func(f string, a ...any) { say("  "+f, a...) },
+		Tokens: []string{
+			kargoToken + ",system:serviceaccount:kargo:kargo-controller,kargo-controller,",
+			devToken + ",dev,dev,",
+			leadToken + ",lead,lead,",
+		},
 	})
 	if err != nil {
 		return err
 	}
 	defer c.Stop()
-	if err := installGate(ctx, c); err != nil {
+	d, err := setUp(ctx, c)
+	if err != nil {
 		return err
 	}
-	say("  installed the pause gate (ValidatingAdmissionPolicy) from manifests/components/pause-gate")
+	defer d.stopReplicas()
+	if err := d.play(ctx); err != nil {
+		for _, r := range d.replicas {
+			fmt.Fprintf(os.Stderr, "operator log: %s\n", r.log)
+		}
+		return err
+	}
+	if os.Getenv("DEMO_KEEP") != "" {
+		return d.keep(ctx)
+	}
+	return nil
+}
+
+type demo struct {
+	cluster  *cluster.Cluster
+	admin    dynamic.Interface
+	kube     kubernetes.Interface
+	kargo    dynamic.Interface // as Kargo's controller
+	dev      dynamic.Interface // bound to kargo-latch-pauser
+	lead     dynamic.Interface // bound to kargo-latch-resumer
+	replicas []*replica
+	// kubeconfigs of the people, for the CLI.
+	adminKubeconfig, devKubeconfig, leadKubeconfig string
+}
+
+type replica struct {
+	name       string
+	cmd        *exec.Cmd
+	log        string
+	metricsURL string
+}
+
+func setUp(ctx context.Context, c *cluster.Cluster) (*demo, error) {
 	d := &demo{
-		dyn:   dynamic.NewForConfigOrDie(c.Config),
-		kube:  kubernetes.NewForConfigOrDie(c.Config),
-		kargo: dynamic.NewForConfigOrDie(c.UserConfig(kargoToken)),
-		reg:   prometheus.NewRegistry(),
+		cluster: c,
+		admin:   dynamic.NewForConfigOrDie(c.Config),
+		kube:    kubernetes.NewForConfigOrDie(c.Config),
+		kargo:   dynamic.NewForConfigOrDie(c.UserConfig(kargoToken)),
+		dev:     dynamic.NewForConfigOrDie(c.UserConfig(devToken)),
+		lead:    dynamic.NewForConfigOrDie(c.UserConfig(leadToken)),
 	}
-	if _, err := d.kube.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: project}}, metav1.CreateOptions{}); err != nil {
-		return err
-	}
-
-	klog.SetOutput(os.Stderr)
-	op, err := controller.New(controller.Config{
-		Dynamic:      d.dyn,
-		Kube:         d.kube,
-		Namespaces:   []string{project},
-		Defaults:     latch.Settings{LatchDeadline: 30 * time.Minute, DegradedGrace: 5 * time.Minute, DrainOnPause: true},
-		Metrics:      metrics.New(d.reg, "demo"),
-		QueueMetrics: metrics.NewWorkqueueProvider(d.reg),
-	})
+	objs, err := cluster.Kustomize(filepath.Join(c.Root, "manifests", "default"))
 	if err != nil {
-		return err
+		return nil, err
 	}
-	opCtx, stopOp := context.WithCancel(ctx)
-	defer stopOp()
-	go func() { _ = op.Run(opCtx) }()
-	say("kargo-latch is running, watching project %q", project)
+	objs = append(objs, demoRBAC()...)
+	objs = append(objs, &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": "v1", "kind": "Namespace",
+		"metadata": map[string]any{"name": project, "labels": map[string]any{"kargo.akuity.io/project": "true"}},
+	}})
+	if err := cluster.Apply(ctx, c.Config, objs...); err != nil {
+		return nil, err
+	}
+	say("  applied manifests/default: the StagePause CRD, kargo-latch's RBAC, the pause gate and the people's roles")
+	say("  dev is bound to kargo-latch-pauser, lead to kargo-latch-resumer, in project %q", project)
 
-	k := driver.New(d.dyn)
-	d.stage, err = k.CreateStage(ctx, project, "prod", map[string]string{
-		controller.DegradedGraceAnnotation:  "4s",
-		controller.PauseOnFailureAnnotation: "true",
-	})
-	if err != nil {
-		return err
+	for who, cfg := range map[*string]string{&d.adminKubeconfig: cluster.AdminToken, &d.devKubeconfig: devToken, &d.leadKubeconfig: leadToken} {
+		*who = filepath.Join(c.Dir, "kubeconfig-"+cfg)
+		if err := cluster.WriteKubeconfig(*who, c.UserConfig(cfg), project); err != nil {
+			return nil, err
+		}
 	}
-	say("Created Stage %s/prod with kargo-latch.io/degraded-grace=4s and pause-on-failure=true", project)
-	return d.play(ctx)
+	saCfg, err := c.ServiceAccountConfig(ctx, "kargo-latch", "kargo-latch")
+	if err != nil {
+		return nil, err
+	}
+	saKubeconfig := filepath.Join(c.Dir, "kubeconfig-kargo-latch")
+	if err := cluster.WriteKubeconfig(saKubeconfig, saCfg, ""); err != nil {
+		return nil, err
+	}
+	for _, name := range []string{"replica-a", "replica-b"} {
+		r, err := startReplica(c, name, saKubeconfig)
+		if err != nil {
+			return nil, err
+		}
+		d.replicas = append(d.replicas, r)
+		time.Sleep(300 * time.Millisecond) // let replica-a win the first election
+	}
+	say("  started 2 replicas of bin/kargo-latch with --leader-elect, as ServiceAccount kargo-latch/kargo-latch")
+	return d, nil
 }
 
-func (d *demo) play(ctx context.Context) error {
-	s := d.stage
-	say("")
-	say("1. Kargo promotes new Freight to prod; the Argo CD app rolls out (Progressing)")
-	if _, err := s.StartPromotion(ctx); err != nil {
-		return err
-	}
-	name, err := s.FinishPromotion(ctx, "Succeeded")
+func startReplica(c *cluster.Cluster, name, kubeconfig string) (*replica, error) {
+	ports, err := cluster.FreePorts(2)
 	if err != nil {
-		return err
+		return nil, err
 	}
-	say("   Promotion %s Succeeded", name)
-	if err := s.SetHealth(ctx, kargo.HealthProgressing); err != nil {
-		return err
-	}
-	if err := d.waitPhase(ctx, latch.PhasePromoted); err != nil {
-		return err
-	}
-	if err := s.SetHealth(ctx, kargo.HealthHealthy); err != nil {
-		return err
-	}
-	say("   The app turns Healthy")
-	if err := d.waitPhase(ctx, latch.PhaseLatched); err != nil {
-		return err
-	}
-	d.showRecord(ctx)
-
-	say("")
-	say("2. The app autoscales: health flaps Healthy <-> Progressing ten times")
-	before, err := s.Get(ctx)
+	r := &replica{name: name, log: filepath.Join(c.Dir, name+".log"),
+		metricsURL: "http://127.0.0.1:" + strconv.Itoa(ports[0]) + "/metrics"}
+	logFile, err := os.Create(r.log)
 	if err != nil {
-		return err
+		return nil, err
 	}
-	for i := range 10 {
-		h := kargo.HealthProgressing
-		if i%2 == 1 {
-			h = kargo.HealthHealthy
-		}
-		if err := s.SetHealth(ctx, h); err != nil {
-			return err
-		}
-		time.Sleep(100 * time.Millisecond)
+	r.cmd = exec.Command(filepath.Join(c.Root, "bin", "kargo-latch"),
+		"--kubeconfig", kubeconfig, "--namespace", project,
+		"--leader-elect", "--leader-election-namespace", "kargo-latch",
+		"--metrics-bind-address", "127.0.0.1:"+strconv.Itoa(ports[0]),
+		"--health-probe-bind-address", "127.0.0.1:"+strconv.Itoa(ports[1]))
+	r.cmd.Stdout, r.cmd.Stderr = logFile, logFile
+	r.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	if err := r.cmd.Start(); err != nil {
+		return nil, fmt.Errorf("starting bin/kargo-latch (run `make build`): %w", err)
 	}
-	time.Sleep(time.Second)
-	after, err := s.Get(ctx)
-	if err != nil {
-		return err
-	}
-	same := before.GetAnnotations()[controller.StateAnnotation] == after.GetAnnotations()[controller.StateAnnotation]
-	say("   Latch record unchanged by the flaps: %t (kargo-latch wrote nothing)", same)
-	d.showMetrics("kargo_latch_progressing_ignored_total", "kargo_latch_stage_phase")
-
-	say("")
-	say("3. The app breaks: Kargo reports Unhealthy; the grace is 4s")
-	if err := s.SetHealth(ctx, kargo.HealthUnhealthy, `Argo CD Application "prod" has health state "Degraded"`); err != nil {
-		return err
-	}
-	if err := d.waitPhase(ctx, latch.PhaseDegraded); err != nil {
-		return err
-	}
-	say("   ...no further change from Kargo; the grace runs out by itself")
-	if err := d.waitPhase(ctx, latch.PhaseFailed); err != nil {
-		return err
-	}
-	d.showRecord(ctx)
-	d.showMetrics("kargo_latch_failures_total", "kargo_latch_stage_phase")
-	return d.pauseAndResume(ctx)
+	return r, nil
 }
 
-func (d *demo) pauseAndResume(ctx context.Context) error {
-	say("")
-	say("4. pause-on-failure: kargo-latch created a StagePause; the Stage is paused")
-	var pause string
-	if err := waitUntil(func() bool {
-		l, err := d.dyn.Resource(v1alpha1.StagePausesResource).Namespace(project).List(ctx, metav1.ListOptions{})
-		if err == nil && len(l.Items) == 1 {
-			pause = l.Items[0].GetName()
+func (d *demo) stopReplicas() {
+	for _, r := range d.replicas {
+		if r.cmd.Process != nil {
+			_ = r.cmd.Process.Signal(syscall.SIGTERM)
+			_ = r.cmd.Wait()
 		}
-		return pause != "" && d.labelIs(ctx, "true")
-	}); err != nil {
-		return err
 	}
-	say("   StagePause %s; label kargo-latch.io/paused=true", pause)
-	d.showMetrics("kargo_latch_stage_paused", "kargo_latch_pauses_total")
+}
 
+// keep leaves the cluster and the operator running until interrupted.
+func (d *demo) keep(ctx context.Context) error {
 	say("")
-	say("5. Kargo's controller tries to auto-promote newer Freight to prod")
-	_, err := driver.CreatePromotion(ctx, d.kargo, project, "prod", "")
-	if err == nil {
-		return errors.New("the gate let an auto-promotion through to a paused Stage")
-	}
-	say("   the API server refused it: %v", err)
-
-	say("")
-	say("6. A lead resumes: deletes the StagePause")
-	if err := d.dyn.Resource(v1alpha1.StagePausesResource).Namespace(project).Delete(ctx, pause, metav1.DeleteOptions{}); err != nil {
-		return err
-	}
-	if err := waitUntil(func() bool { return d.labelIs(ctx, "") }); err != nil {
-		return err
-	}
-	u, err := d.stage.Get(ctx)
-	if err != nil {
-		return err
-	}
-	say("   label gone; kargo.akuity.io/refresh=%s asks Kargo to re-attempt at once", u.GetAnnotations()[kargo.RefreshAnnotation])
-	if err := waitUntil(func() bool {
-		_, err := driver.CreatePromotion(ctx, d.kargo, project, "prod", "")
-		return err == nil
-	}); err != nil {
-		return err
-	}
-	say("   Kargo's auto-promotion to prod is allowed again")
-	time.Sleep(500 * time.Millisecond)
-	d.showEvents(ctx)
-	say("")
-	say("Done. The metrics server, alert rules, Deployment and CLI come with the next issues.")
+	say("DEMO_KEEP is set: the cluster and both replicas keep running. In another shell:")
+	say("  export KUBECONFIG=%s", d.adminKubeconfig)
+	say("  go run ./cmd/kargo-latch status -n %s        # or: kubectl get stages,stagepauses -n %s", project, project)
+	say("Press Ctrl-C to stop and clean up.")
+	<-ctx.Done()
 	return nil
 }
 
-func (d *demo) labelIs(ctx context.Context, want string) bool {
-	u, err := d.stage.Get(ctx)
-	return err == nil && u.GetLabels()[controller.PausedLabel] == want
-}
-
-func waitUntil(cond func() bool) error {
-	deadline := time.Now().Add(30 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			return errors.New("timed out")
+func demoRBAC() []*unstructured.Unstructured {
+	role := func(name string, rules ...map[string]any) *unstructured.Unstructured {
+		rs := make([]any, len(rules))
+		for i, r := range rules {
+			rs[i] = r
 		}
-		time.Sleep(50 * time.Millisecond)
+		return &unstructured.Unstructured{Object: map[string]any{
+			"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
+			"metadata": map[string]any{"name": name}, "rules": rs,
+		}}
 	}
-	return nil
-}
-
-// installGate installs the shipped pause gate, and lets the demo's stand-in
-// for Kargo's controller create Promotions as the real one may.
-func installGate(ctx context.Context, c *cluster.Cluster) error {
-	objs, err := cluster.ReadObjects(filepath.Join(c.Root, "manifests", "components", "pause-gate", "gate.yaml"))
-	if err != nil {
-		return err
+	rule := func(group, resource string, verbs ...any) map[string]any {
+		return map[string]any{"apiGroups": []any{group}, "resources": []any{resource}, "verbs": verbs}
 	}
-	role := &unstructured.Unstructured{Object: map[string]any{
-		"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
-		"metadata": map[string]any{"name": "demo-kargo-controller"},
-		"rules": []any{map[string]any{
-			"apiGroups": []any{"kargo.akuity.io"}, "resources": []any{"promotions"}, "verbs": []any{"create"},
-		}},
-	}}
-	binding := &unstructured.Unstructured{Object: map[string]any{
-		"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
-		"metadata": map[string]any{"name": "demo-kargo-controller"},
-		"roleRef":  map[string]any{"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "demo-kargo-controller"},
-		"subjects": []any{map[string]any{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": "system:serviceaccount:kargo:kargo-controller"}},
-	}}
-	return cluster.Apply(ctx, c.Config, append(objs, role, binding)...)
-}
-
-func (d *demo) record(ctx context.Context) (latch.Record, error) {
-	u, err := d.stage.Get(ctx)
-	if err != nil {
-		return latch.Record{}, err
+	bind := func(name, role, user string) *unstructured.Unstructured {
+		return &unstructured.Unstructured{Object: map[string]any{
+			"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
+			"metadata": map[string]any{"name": name},
+			"roleRef":  map[string]any{"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": role},
+			"subjects": []any{map[string]any{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": user}},
+		}}
 	}
-	return latch.Decode(u.GetAnnotations()[controller.StateAnnotation])
-}
-
-func (d *demo) waitPhase(ctx context.Context, phase latch.Phase) error {
-	deadline := time.Now().Add(30 * time.Second)
-	for time.Now().Before(deadline) {
-		if r, err := d.record(ctx); err == nil && r.Phase == phase {
-			say("   kargo-latch: phase %s", phase)
-			return nil
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-	return fmt.Errorf("stage never reached phase %s", phase)
-}
-
-func (d *demo) showRecord(ctx context.Context) {
-	r, err := d.record(ctx)
-	if err != nil {
-		say("   (cannot read the record: %v)", err)
-		return
-	}
-	say("   kargo-latch.io/state: phase=%s promotion=%s", r.Phase, r.Promotion)
-	if v := r.Verification; v != nil {
-		say("     verification: %s by %s, %s -> %s: %s", v.Phase, v.Actor, v.StartTime.Format(time.TimeOnly), v.FinishTime.Format(time.TimeOnly), v.Message)
-	}
-	if f := r.Failure; f != nil {
-		say("     failure: %s: %s", f.Reason, f.Message)
+	return []*unstructured.Unstructured{
+		role("demo-kargo-controller", rule("kargo.akuity.io", "promotions", "create")),
+		role("demo-viewer", rule("kargo.akuity.io", "stages", "get", "list")),
+		bind("demo-kargo-controller", "demo-kargo-controller", "system:serviceaccount:kargo:kargo-controller"),
+		bind("demo-dev-pauser", "kargo-latch-pauser", "dev"),
+		bind("demo-dev-viewer", "demo-viewer", "dev"),
+		bind("demo-lead-resumer", "kargo-latch-resumer", "lead"),
+		bind("demo-lead-viewer", "demo-viewer", "lead"),
 	}
 }
 
-func (d *demo) showMetrics(names ...string) {
-	mfs, err := d.reg.Gather()
-	if err != nil {
-		return
-	}
-	for _, mf := range mfs {
-		for _, want := range names {
-			if mf.GetName() != want {
-				continue
-			}
-			for _, m := range mf.GetMetric() {
-				var labels []string
-				for _, l := range m.GetLabel() {
-					labels = append(labels, fmt.Sprintf("%s=%q", l.GetName(), l.GetValue()))
-				}
-				v := m.GetGauge().GetValue() + m.GetCounter().GetValue()
-				if v != 0 {
-					say("   %s{%s} %g", want, strings.Join(labels, ","), v)
-				}
-			}
-		}
-	}
-}
-
-func (d *demo) showEvents(ctx context.Context) {
-	list, err := d.kube.CoreV1().Events(project).List(ctx, metav1.ListOptions{})
-	if err != nil {
-		return
-	}
-	// Timestamps have one-second precision; break ties in story order.
-	rank := map[string]int{"HealthLatched": 1, "StageDegraded": 2, "LatchFailed": 3, "StagePaused": 4, "PromotionDrained": 5, "StageResumed": 6}
-	sort.SliceStable(list.Items, func(i, j int) bool {
-		a, b := list.Items[i], list.Items[j]
-		if !a.FirstTimestamp.Equal(&b.FirstTimestamp) {
-			return a.FirstTimestamp.Before(&b.FirstTimestamp)
-		}
-		return rank[a.Reason] < rank[b.Reason]
-	})
-	say("   Events on Stage prod (kubectl get events -n %s):", project)
-	for _, e := range list.Items {
-		say("     %-8s %-15s %s", e.Type, e.Reason, e.Message)
-	}
-}
+var errGate = errors.New("the gate let an auto-promotion through to a paused Stage")

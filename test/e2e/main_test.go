@@ -11,8 +11,6 @@ import (
 	"path/filepath"
 	"testing"
 
-	authenticationv1 "k8s.io/api/authentication/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
@@ -76,7 +74,7 @@ func run(m *testing.M) int {
 		fmt.Fprintln(os.Stderr, "e2e: installing the shipped manifests:", err)
 		return 1
 	}
-	if env.operator, err = serviceAccountConfig(ctx, c, "kargo-latch", "kargo-latch"); err != nil {
+	if env.operator, err = c.ServiceAccountConfig(ctx, "kargo-latch", "kargo-latch"); err != nil {
 		fmt.Fprintln(os.Stderr, "e2e: operator token:", err)
 		return 1
 	}
@@ -131,16 +129,4 @@ func clusterRoleBinding(name, role, user string) *unstructured.Unstructured {
 		"roleRef":  map[string]any{"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": role},
 		"subjects": []any{map[string]any{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": user}},
 	}}
-}
-
-// serviceAccountConfig gets a token for a ServiceAccount through the
-// TokenRequest API, as a Pod would have it mounted.
-func serviceAccountConfig(ctx context.Context, c *cluster.Cluster, ns, name string) (*rest.Config, error) {
-	seconds := int64(24 * 3600)
-	tr, err := kubernetes.NewForConfigOrDie(c.Config).CoreV1().ServiceAccounts(ns).CreateToken(ctx, name,
-		&authenticationv1.TokenRequest{Spec: authenticationv1.TokenRequestSpec{ExpirationSeconds: &seconds}}, metav1.CreateOptions{})
-	if err != nil {
-		return nil, err
-	}
-	return c.UserConfig(tr.Status.Token), nil
 }

@@ -10,6 +10,8 @@ import (
 	"testing"
 
 	"k8s.io/client-go/rest"
+
+	"github.com/kargo-latch/kargo-latch/test/cluster"
 )
 
 var operatorBinary struct {
@@ -44,20 +46,7 @@ func buildOperator(t *testing.T) string {
 func writeKubeconfig(t *testing.T, cfg *rest.Config) string {
 	t.Helper()
 	path := filepath.Join(t.TempDir(), "kubeconfig")
-	content := fmt.Sprintf(`apiVersion: v1
-kind: Config
-clusters:
-- name: test
-  cluster: {server: %q, insecure-skip-tls-verify: true}
-users:
-- name: operator
-  user: {token: %q}
-contexts:
-- name: test
-  context: {cluster: test, user: operator}
-current-context: test
-`, cfg.Host, cfg.BearerToken)
-	if err := os.WriteFile(path, []byte(content), 0o600); err != nil {
+	if err := cluster.WriteKubeconfig(path, cfg, ""); err != nil {
 		t.Fatal(err)
 	}
 	return path
