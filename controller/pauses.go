@@ -46,7 +46,15 @@ func transformPause(obj any) (any, error) {
 
 // pausesIn lists the StagePauses of a namespace from the cache.
 func (c *Controller) pausesIn(ns string) []*v1alpha1.StagePause {
-	inf := c.informerFor(c.pauseInformers, ns)
+	return cachedIn[*v1alpha1.StagePause](c.informerFor(c.pauseInformers, ns), ns)
+}
+
+func (c *Controller) stagesIn(ns string) []*kargo.Stage {
+	return cachedIn[*kargo.Stage](c.informerFor(c.stageInformers, ns), ns)
+}
+
+// cachedIn lists the cached objects of one namespace.
+func cachedIn[T any](inf cache.SharedIndexInformer, ns string) []T {
 	if inf == nil {
 		return nil
 	}
@@ -54,10 +62,10 @@ func (c *Controller) pausesIn(ns string) []*v1alpha1.StagePause {
 	if err != nil {
 		return nil
 	}
-	out := make([]*v1alpha1.StagePause, 0, len(objs))
+	out := make([]T, 0, len(objs))
 	for _, o := range objs {
-		if p, ok := o.(*v1alpha1.StagePause); ok {
-			out = append(out, p)
+		if v, ok := o.(T); ok {
+			out = append(out, v)
 		}
 	}
 	return out
@@ -117,24 +125,6 @@ func (c *Controller) enqueuePausesOf(obj any) {
 			c.pauseQueue.Add(cache.NewObjectName(p.Namespace, p.Name))
 		}
 	}
-}
-
-func (c *Controller) stagesIn(ns string) []*kargo.Stage {
-	inf := c.informerFor(c.stageInformers, ns)
-	if inf == nil {
-		return nil
-	}
-	objs, err := inf.GetIndexer().ByIndex(cache.NamespaceIndex, ns)
-	if err != nil {
-		return nil
-	}
-	out := make([]*kargo.Stage, 0, len(objs))
-	for _, o := range objs {
-		if s, ok := o.(*kargo.Stage); ok {
-			out = append(out, s)
-		}
-	}
-	return out
 }
 
 // syncPauseStatus keeps a StagePause's status (since, stages, the Active

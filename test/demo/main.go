@@ -197,35 +197,14 @@ func (d *demo) keep(ctx context.Context) error {
 }
 
 func demoRBAC() []*unstructured.Unstructured {
-	role := func(name string, rules ...map[string]any) *unstructured.Unstructured {
-		rs := make([]any, len(rules))
-		for i, r := range rules {
-			rs[i] = r
-		}
-		return &unstructured.Unstructured{Object: map[string]any{
-			"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
-			"metadata": map[string]any{"name": name}, "rules": rs,
-		}}
-	}
-	rule := func(group, resource string, verbs ...any) map[string]any {
-		return map[string]any{"apiGroups": []any{group}, "resources": []any{resource}, "verbs": verbs}
-	}
-	bind := func(name, role, user string) *unstructured.Unstructured {
-		return &unstructured.Unstructured{Object: map[string]any{
-			"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
-			"metadata": map[string]any{"name": name},
-			"roleRef":  map[string]any{"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": role},
-			"subjects": []any{map[string]any{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": user}},
-		}}
-	}
 	return []*unstructured.Unstructured{
-		role("demo-kargo-controller", rule("kargo.akuity.io", "promotions", "create")),
-		role("demo-viewer", rule("kargo.akuity.io", "stages", "get", "list")),
-		bind("demo-kargo-controller", "demo-kargo-controller", "system:serviceaccount:kargo:kargo-controller"),
-		bind("demo-dev-pauser", "kargo-latch-pauser", "dev"),
-		bind("demo-dev-viewer", "demo-viewer", "dev"),
-		bind("demo-lead-resumer", "kargo-latch-resumer", "lead"),
-		bind("demo-lead-viewer", "demo-viewer", "lead"),
+		cluster.ClusterRole("demo-kargo-controller", cluster.Rule("kargo.akuity.io", "promotions", "create")),
+		cluster.ClusterRole("demo-viewer", cluster.Rule("kargo.akuity.io", "stages", "get", "list")),
+		cluster.BindUser("demo-kargo-controller", "demo-kargo-controller", "system:serviceaccount:kargo:kargo-controller"),
+		cluster.BindUser("demo-dev-pauser", "kargo-latch-pauser", "dev"),
+		cluster.BindUser("demo-dev-viewer", "demo-viewer", "dev"),
+		cluster.BindUser("demo-lead-resumer", "kargo-latch-resumer", "lead"),
+		cluster.BindUser("demo-lead-viewer", "demo-viewer", "lead"),
 	}
 }
 

@@ -11,7 +11,6 @@ import (
 	"path/filepath"
 	"testing"
 
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
@@ -81,6 +80,8 @@ func run(m *testing.M) int {
 	return m.Run()
 }
 
+const kargoGroup = "kargo.akuity.io"
+
 // installShipped applies the shipped base (the operator's ServiceAccount and
 // RBAC, the people's roles) and the pause gate, plus the test actors' own
 // rights.
@@ -90,43 +91,15 @@ func installShipped(ctx context.Context, c *cluster.Cluster) error {
 		return err
 	}
 	objs = append(objs,
-		clusterRole("e2e-promoter", rule("promotions", "create", "get", "list"), rule("stages", "get", "list", "watch")),
-		clusterRole("e2e-projectconfig-editor", rule("projectconfigs", "get", "update")),
-		clusterRole("e2e-kargo-controller", rule("promotions", "create", "get", "list")),
-		clusterRoleBinding("e2e-dev-pauser", "kargo-latch-pauser", "dev"),
-		clusterRoleBinding("e2e-dev-promoter", "e2e-promoter", "dev"),
-		clusterRoleBinding("e2e-lead-resumer", "kargo-latch-resumer", "lead"),
-		clusterRoleBinding("e2e-lead-projectconfigs", "e2e-projectconfig-editor", "lead"),
-		clusterRoleBinding("e2e-resumer", "kargo-latch-resumer", "resumer"),
-		clusterRoleBinding("e2e-kargo-controller", "e2e-kargo-controller", "system:serviceaccount:kargo:kargo-controller"),
+		cluster.ClusterRole("e2e-promoter", cluster.Rule(kargoGroup, "promotions", "create", "get", "list"), cluster.Rule(kargoGroup, "stages", "get", "list", "watch")),
+		cluster.ClusterRole("e2e-projectconfig-editor", cluster.Rule(kargoGroup, "projectconfigs", "get", "update")),
+		cluster.ClusterRole("e2e-kargo-controller", cluster.Rule(kargoGroup, "promotions", "create", "get", "list")),
+		cluster.BindUser("e2e-dev-pauser", "kargo-latch-pauser", "dev"),
+		cluster.BindUser("e2e-dev-promoter", "e2e-promoter", "dev"),
+		cluster.BindUser("e2e-lead-resumer", "kargo-latch-resumer", "lead"),
+		cluster.BindUser("e2e-lead-projectconfigs", "e2e-projectconfig-editor", "lead"),
+		cluster.BindUser("e2e-resumer", "kargo-latch-resumer", "resumer"),
+		cluster.BindUser("e2e-kargo-controller", "e2e-kargo-controller", "system:serviceaccount:kargo:kargo-controller"),
 	)
 	return cluster.Apply(ctx, c.Config, objs...)
-}
-
-func rule(resource string, verbs ...string) map[string]any {
-	vs := make([]any, len(verbs))
-	for i, v := range verbs {
-		vs[i] = v
-	}
-	return map[string]any{"apiGroups": []any{"kargo.akuity.io"}, "resources": []any{resource}, "verbs": vs}
-}
-
-func clusterRole(name string, rules ...map[string]any) *unstructured.Unstructured {
-	rs := make([]any, len(rules))
-	for i, r := range rules {
-		rs[i] = r
-	}
-	return &unstructured.Unstructured{Object: map[string]any{
-		"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
-		"metadata": map[string]any{"name": name}, "rules": rs,
-	}}
-}
-
-func clusterRoleBinding(name, role, user string) *unstructured.Unstructured {
-	return &unstructured.Unstructured{Object: map[string]any{
-		"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
-		"metadata": map[string]any{"name": name},
-		"roleRef":  map[string]any{"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": role},
-		"subjects": []any{map[string]any{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": user}},
-	}}
 }
