@@ -11,8 +11,8 @@ func Rule(group, resource string, verbs ...string) map[string]any {
 	return map[string]any{"apiGroups": []any{group}, "resources": []any{resource}, "verbs": vs}
 }
 
-// ClusterRole builds a ClusterRole with rules made by Rule.
-func ClusterRole(name string, rules ...map[string]any) *unstructured.Unstructured {
+// NewClusterRole builds a ClusterRole with rules made by Rule.
+func NewClusterRole(name string, rules ...map[string]any) *unstructured.Unstructured {
 	rs := make([]any, len(rules))
 	for i, r := range rules {
 		rs[i] = r

@@ -198,8 +198,8 @@ func (d *demo) keep(ctx context.Context) error {
 
 func demoRBAC() []*unstructured.Unstructured {
 	return []*unstructured.Unstructured{
-		cluster.ClusterRole("demo-kargo-controller", cluster.Rule("kargo.akuity.io", "promotions", "create")),
-		cluster.ClusterRole("demo-viewer", cluster.Rule("kargo.akuity.io", "stages", "get", "list")),
+		cluster.NewClusterRole("demo-kargo-controller", cluster.Rule("kargo.akuity.io", "promotions", "create")),
+		cluster.NewClusterRole("demo-viewer", cluster.Rule("kargo.akuity.io", "stages", "get", "list")),
 		cluster.BindUser("demo-kargo-controller", "demo-kargo-controller", "system:serviceaccount:kargo:kargo-controller"),
 		cluster.BindUser("demo-dev-pauser", "kargo-latch-pauser", "dev"),
 		cluster.BindUser("demo-dev-viewer", "demo-viewer", "dev"),

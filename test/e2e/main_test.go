@@ -91,9 +91,9 @@ func installShipped(ctx context.Context, c *cluster.Cluster) error {
 		return err
 	}
 	objs = append(objs,
-		cluster.ClusterRole("e2e-promoter", cluster.Rule(kargoGroup, "promotions", "create", "get", "list"), cluster.Rule(kargoGroup, "stages", "get", "list", "watch")),
-		cluster.ClusterRole("e2e-projectconfig-editor", cluster.Rule(kargoGroup, "projectconfigs", "get", "update")),
-		cluster.ClusterRole("e2e-kargo-controller", cluster.Rule(kargoGroup, "promotions", "create", "get", "list")),
+		cluster.NewClusterRole("e2e-promoter", cluster.Rule(kargoGroup, "promotions", "create", "get", "list"), cluster.Rule(kargoGroup, "stages", "get", "list", "watch")),
+		cluster.NewClusterRole("e2e-projectconfig-editor", cluster.Rule(kargoGroup, "projectconfigs", "get", "update")),
+		cluster.NewClusterRole("e2e-kargo-controller", cluster.Rule(kargoGroup, "promotions", "create", "get", "list")),
 		cluster.BindUser("e2e-dev-pauser", "kargo-latch-pauser", "dev"),
 		cluster.BindUser("e2e-dev-promoter", "e2e-promoter", "dev"),
 		cluster.BindUser("e2e-lead-resumer", "kargo-latch-resumer", "lead"),
