@@ -42,7 +42,7 @@ func TestExactlyOncePauseAcrossKills(t *testing.T) {
 			select {
 			case <-stop:
 				return
-			case <-time.After(time.Duration(50+rand.IntN(350)) * time.Millisecond): //nolint:gosec // test jitter, not security
+			case <-time.After(time.Duration(100+rand.IntN(500)) * time.Millisecond): //nolint:gosec // test jitter, not security
 			}
 			op.kill()
 			kills.Add(1)

@@ -4,7 +4,6 @@ import (
 	"context"
 	"strings"
 	"testing"
-	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
@@ -60,17 +59,19 @@ func TestMetricsOverAScenario(t *testing.T) {
 	oneHot("prod", latch.PhaseLatched)
 	oneHot("qa", latch.PhaseLatched)
 
-	// Flaps: each turn to Progressing is one ignored transition.
+	// Flaps: each turn to Progressing is one ignored transition. Each step
+	// waits until the operator has synced it, so that no flap is coalesced.
 	const turns = 6
-	for range turns {
+	syncs := func() float64 { return value("kargo_latch_reconcile_duration_seconds", nil) }
+	for i := range turns {
 		must(t, prod.SetHealth(ctx, kargo.HealthProgressing))
-		time.Sleep(150 * time.Millisecond)
+		waitFor(t, "the flap to be counted", func() bool {
+			return value("kargo_latch_progressing_ignored_total", stageSel("prod")) == float64(i+1)
+		})
+		before := syncs()
 		must(t, prod.SetHealth(ctx, kargo.HealthHealthy))
-		time.Sleep(150 * time.Millisecond)
+		waitFor(t, "the operator to see Healthy", func() bool { return syncs() > before })
 	}
-	waitFor(t, "ignored flaps", func() bool {
-		return value("kargo_latch_progressing_ignored_total", stageSel("prod")) == turns
-	})
 
 	// Two pauses, with many reconciles of the paused Stage in between.
 	pauses := func() float64 { return value("kargo_latch_pauses_total", stageSel("prod")) }
