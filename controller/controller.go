@@ -9,6 +9,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync/atomic"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -66,11 +67,11 @@ type Config struct {
 type Controller struct {
 	cfg   Config
 	clock clock.WithTicker
-	queue queue.Queue // Stages to sync
-	// pauseQueue holds StagePauses whose status needs a look.
-	pauseQueue queue.Queue
-	recorder   record.EventRecorder
-	memos      *memos
+	// work holds the queues of the current leadership term; nil while this
+	// replica does not lead, when events are not queued at all.
+	work     atomic.Pointer[workQueues]
+	recorder record.EventRecorder
+	memos    *memos
 
 	// Informers by namespace; the key "" holds an all-namespaces informer.
 	stageInformers     map[string]cache.SharedIndexInformer
@@ -78,6 +79,12 @@ type Controller struct {
 	pauseInformers     map[string]cache.SharedIndexInformer
 	factories          []dynamicinformer.DynamicSharedInformerFactory
 	synced             []cache.InformerSynced
+}
+
+// workQueues are the queues of one leadership term.
+type workQueues struct {
+	stages queue.Queue // Stages to sync
+	pauses queue.Queue // StagePauses whose status needs a look
 }
 
 // promotionsByStage indexes Promotions by namespace and spec.stage.
@@ -110,8 +117,6 @@ func New(cfg Config) (*Controller, error) {
 	c := &Controller{
 		cfg:                cfg,
 		clock:              cfg.Clock,
-		queue:              queue.New("stages", cfg.QueueMetrics, cfg.Clock),
-		pauseQueue:         queue.New("stagepauses", cfg.QueueMetrics, cfg.Clock),
 		recorder:           cfg.Recorder,
 		memos:              newMemos(),
 		stageInformers:     map[string]cache.SharedIndexInformer{},
@@ -239,16 +244,52 @@ func (c *Controller) Start(ctx context.Context) error {
 }
 
 // RunWorkers syncs Stages and StagePauses until ctx is done. Only the
-// leader runs it.
+// leader runs it, once per leadership term: each term starts with fresh
+// queues holding every cached object, so nothing a previous term left
+// undone, nor any event that arrived while standing by, is missed.
 func (c *Controller) RunWorkers(ctx context.Context) {
 	klog.FromContext(ctx).Info("Starting workers", "workers", c.cfg.Workers, "dryRun", c.cfg.DryRun)
+	w := &workQueues{
+		stages: queue.New("stages", c.cfg.QueueMetrics, c.cfg.Clock),
+		pauses: queue.New("stagepauses", c.cfg.QueueMetrics, c.cfg.Clock),
+	}
+	c.work.Store(w)
+	defer c.work.CompareAndSwap(w, nil)
+	for _, inf := range c.stageInformers {
+		for _, key := range inf.GetIndexer().ListKeys() {
+			if name, err := cache.ParseObjectName(key); err == nil {
+				w.stages.Add(name)
+			}
+		}
+	}
+	for _, inf := range c.pauseInformers {
+		for _, key := range inf.GetIndexer().ListKeys() {
+			if name, err := cache.ParseObjectName(key); err == nil {
+				w.pauses.Add(name)
+			}
+		}
+	}
 	countError := func(cache.ObjectName, error) { c.cfg.Metrics.ReconcileErrors.Inc() }
-	pauseWorker := &queue.Worker{Queue: c.pauseQueue, Sync: c.syncPauseStatus, MaxRetries: maxRetries, OnError: countError}
-	stageWorker := &queue.Worker{Queue: c.queue, Sync: c.syncStage, MaxRetries: maxRetries, OnError: countError}
+	pauseWorker := &queue.Worker{Queue: w.pauses, Sync: c.syncPauseStatus, MaxRetries: maxRetries, OnError: countError}
+	stageWorker := &queue.Worker{Queue: w.stages, Sync: c.syncStage, MaxRetries: maxRetries, OnError: countError}
 	done := make(chan struct{})
 	go func() { defer close(done); pauseWorker.Run(ctx, 1) }()
 	stageWorker.Run(ctx, c.cfg.Workers)
 	<-done
+}
+
+// enqueue adds a Stage to the current term's queue, if this replica leads.
+func (c *Controller) enqueue(key cache.ObjectName) {
+	if w := c.work.Load(); w != nil {
+		w.stages.Add(key)
+	}
+}
+
+// enqueuePauseStatus adds a StagePause to the current term's status queue.
+func (c *Controller) enqueuePauseStatus(key cache.ObjectName) {
+	if w := c.work.Load(); w != nil {
+		w.pauses.Add(key)
+	}
 }
 
 // stageByKey reads a Stage from the informer cache of its namespace.

@@ -94,18 +94,21 @@ func (f *fixture) record(name string) latch.Record {
 	return r
 }
 
+// waitEvent waits for an Event starting with prefix, passing over others.
 func (f *fixture) waitEvent(prefix string) string {
 	f.t.Helper()
-	select {
-	case e := <-f.recorder.Events:
-		if !strings.HasPrefix(e, prefix) {
-			f.t.Fatalf("Event %q, want one starting %q", e, prefix)
+	timeout := time.After(10 * time.Second)
+	for {
+		select {
+		case e := <-f.recorder.Events:
+			if strings.HasPrefix(e, prefix) {
+				return e
+			}
+		case <-timeout:
+			f.t.Fatalf("no Event %q", prefix)
+			return ""
 		}
-		return e
-	case <-time.After(10 * time.Second):
-		f.t.Fatalf("no Event %q", prefix)
 	}
-	return ""
 }
 
 func TestSyncLatchesOnceAndWritesOnlyOnChange(t *testing.T) {

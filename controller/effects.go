@@ -22,31 +22,26 @@ import (
 	"github.com/kargo-latch/kargo-latch/latch"
 )
 
-// beforeStore makes the effects that must happen exactly once, before the
-// record that says they happened is stored. Each is idempotent, so a sync
-// retried after a crash or a conflict repeats it harmlessly.
+// beforeStore makes the effects of the Stage becoming paused that must
+// happen exactly once (the StagePaused Event, the drain), before the record
+// that says they happened is stored. Each is idempotent, so a sync retried
+// after a crash or a conflict repeats it harmlessly. (A failure's pause is
+// made even earlier, in syncStage.)
 func (c *Controller) beforeStore(ctx context.Context, stage *kargo.Stage, settings latch.Settings, pauses []*v1alpha1.StagePause, res latch.Result) error {
 	if c.cfg.DryRun {
 		return nil
 	}
 	for _, a := range res.Actions {
-		switch a.Kind {
-		case latch.ActionCreatePause:
-			if err := c.createFailurePause(ctx, stage, a); err != nil {
+		p := pauseNamed(pauses, a.Pause)
+		if a.Kind != latch.ActionPaused || p == nil {
+			continue
+		}
+		if err := c.pausedEvent(ctx, stage, p); err != nil {
+			return err
+		}
+		if settings.DrainOnPause {
+			if err := c.drain(ctx, stage, p); err != nil {
 				return err
-			}
-		case latch.ActionPaused:
-			p := pauseNamed(pauses, a.Pause)
-			if p == nil {
-				continue
-			}
-			if err := c.pausedEvent(ctx, stage, p); err != nil {
-				return err
-			}
-			if settings.DrainOnPause {
-				if err := c.drain(ctx, stage, p); err != nil {
-					return err
-				}
 			}
 		}
 	}
@@ -108,9 +103,27 @@ func pauseNamed(pauses []*v1alpha1.StagePause, name string) *v1alpha1.StagePause
 // maxPauseMessage keeps a failure message within the CRD's limit.
 const maxPauseMessage = 4096
 
+// createFailurePauses creates the StagePauses a step asked for, and returns
+// pauses with them added, sorted by name as coveringPauses sorts.
+func (c *Controller) createFailurePauses(ctx context.Context, stage *kargo.Stage, res latch.Result, pauses []*v1alpha1.StagePause) ([]*v1alpha1.StagePause, error) {
+	out := slices.Clone(pauses)
+	for _, a := range res.Actions {
+		if a.Kind != latch.ActionCreatePause || pauseNamed(out, a.Pause) != nil {
+			continue
+		}
+		p, err := c.createFailurePause(ctx, stage, a)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, p)
+	}
+	slices.SortFunc(out, func(a, b *v1alpha1.StagePause) int { return cmpStrings(a.Name, b.Name) })
+	return out, nil
+}
+
 // createFailurePause creates the StagePause a failure asked for. Its name is
 // derived from the failure, so creating it again finds it there.
-func (c *Controller) createFailurePause(ctx context.Context, stage *kargo.Stage, a latch.Action) error {
+func (c *Controller) createFailurePause(ctx context.Context, stage *kargo.Stage, a latch.Action) (*v1alpha1.StagePause, error) {
 	msg := a.Message
 	if len(msg) > maxPauseMessage {
 		msg = msg[:maxPauseMessage]
@@ -130,19 +143,24 @@ func (c *Controller) createFailurePause(ctx context.Context, stage *kargo.Stage,
 	}
 	obj, err := runtime.DefaultUnstructuredConverter.ToUnstructured(p)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	delete(obj, "status")
-	_, err = c.cfg.Dynamic.Resource(v1alpha1.StagePausesResource).Namespace(stage.Namespace).
-		Create(ctx, &unstructured.Unstructured{Object: obj}, metav1.CreateOptions{FieldManager: FieldManager})
-	switch {
-	case apierrors.IsAlreadyExists(err):
-		return nil
-	case err != nil:
-		return fmt.Errorf("creating StagePause %s: %w", a.Pause, err)
+	client := c.cfg.Dynamic.Resource(v1alpha1.StagePausesResource).Namespace(stage.Namespace)
+	u, err := client.Create(ctx, &unstructured.Unstructured{Object: obj}, metav1.CreateOptions{FieldManager: FieldManager})
+	if apierrors.IsAlreadyExists(err) {
+		u, err = client.Get(ctx, a.Pause, metav1.GetOptions{})
+	} else if err == nil {
+		klog.FromContext(ctx).Info("Paused the Stage after a failure", "pause", a.Pause, "reason", a.Reason)
 	}
-	klog.FromContext(ctx).Info("Paused the Stage after a failure", "pause", a.Pause, "reason", a.Reason)
-	return nil
+	if err != nil {
+		return nil, fmt.Errorf("creating StagePause %s: %w", a.Pause, err)
+	}
+	created := &v1alpha1.StagePause{}
+	if err := runtime.DefaultUnstructuredConverter.FromUnstructured(u.Object, created); err != nil {
+		return nil, err
+	}
+	return created, nil
 }
 
 // pausedEvent records StagePaused as an Event whose name is derived from the

@@ -10,7 +10,7 @@ import (
 
 func (c *Controller) enqueueStage(obj any) {
 	if key, err := cache.DeletionHandlingObjectToName(obj); err == nil {
-		c.queue.Add(key)
+		c.enqueue(key)
 	}
 }
 
@@ -44,5 +44,5 @@ func (c *Controller) enqueuePromotionStage(obj any) {
 	if !ok || p.Stage == "" {
 		return
 	}
-	c.queue.Add(cache.NewObjectName(p.Namespace, p.Stage))
+	c.enqueue(cache.NewObjectName(p.Namespace, p.Stage))
 }

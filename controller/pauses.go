@@ -103,13 +103,13 @@ func (c *Controller) enqueuePause(obj any) {
 	if !ok {
 		return
 	}
-	c.pauseQueue.Add(cache.NewObjectName(p.Namespace, p.Name))
+	c.enqueuePauseStatus(cache.NewObjectName(p.Namespace, p.Name))
 	if p.Spec.Stage != v1alpha1.AllStages {
-		c.queue.Add(cache.NewObjectName(p.Namespace, p.Spec.Stage))
+		c.enqueue(cache.NewObjectName(p.Namespace, p.Spec.Stage))
 		return
 	}
 	for _, s := range c.stagesIn(p.Namespace) {
-		c.queue.Add(cache.NewObjectName(s.Namespace, s.Name))
+		c.enqueue(cache.NewObjectName(s.Namespace, s.Name))
 	}
 }
 
@@ -122,7 +122,7 @@ func (c *Controller) enqueuePausesOf(obj any) {
 	}
 	for _, p := range c.pausesIn(key.Namespace) {
 		if p.Covers(key.Name) {
-			c.pauseQueue.Add(cache.NewObjectName(p.Namespace, p.Name))
+			c.enqueuePauseStatus(cache.NewObjectName(p.Namespace, p.Name))
 		}
 	}
 }

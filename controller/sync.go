@@ -57,6 +57,14 @@ func (c *Controller) syncStage(ctx context.Context, key cache.ObjectName) (time.
 		if stage, err = c.liveStage(ctx, key); stage == nil || err != nil {
 			return 0, err
 		}
+		if res, _ = c.step(stage, m, settings, pauses, now); hasAction(res, latch.ActionCreatePause) {
+			// Make the pause, and let this same sync see it: the Stage is
+			// labeled and the pause takes effect without waiting for the
+			// informer to deliver it.
+			if pauses, err = c.createFailurePauses(ctx, stage, res, pauses); err != nil {
+				return 0, err
+			}
+		}
 		res, obs = c.step(stage, m, settings, pauses, now)
 	}
 	if err := c.beforeStore(ctx, stage, settings, pauses, res); err != nil {

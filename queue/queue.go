@@ -20,11 +20,12 @@ import (
 type Queue = workqueue.TypedRateLimitingInterface[cache.ObjectName]
 
 // Backoff of a key whose sync fails: from a few milliseconds (a conflict
-// with Kargo's own write usually clears at once) up to two minutes, and at
-// most 50 retries a second overall so an outage is not hammered.
+// with Kargo's own write usually clears at once) up to 30 seconds, so that a
+// Stage is looked at again soon after an API server outage; and at most 50
+// retries a second overall, so that an outage is not hammered.
 const (
 	baseRetryDelay = 5 * time.Millisecond
-	maxRetryDelay  = 2 * time.Minute
+	maxRetryDelay  = 30 * time.Second
 )
 
 // New returns a named queue. The name labels the queue's metrics; mp may be

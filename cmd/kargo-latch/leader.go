@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"os"
 	"strings"
+	"sync"
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -25,9 +26,11 @@ const (
 )
 
 // leadOrStandBy runs work while this replica holds the Lease. A standby
-// keeps its caches warm and waits. Losing the Lease ends the process at
-// once, so that two replicas never write together; on shutdown (ctx done)
-// the Lease is released so that the standby takes over without waiting.
+// keeps its caches warm and waits. Losing the Lease (the API server was
+// unreachable for longer than the renew deadline, say) stops the work at
+// once; the replica then waits for that work to finish and campaigns again,
+// without exiting. On shutdown (ctx done) the Lease is released, so that the
+// standby takes over without waiting for it to expire.
 func leadOrStandBy(ctx context.Context, kube kubernetes.Interface, namespace, name string, work func(context.Context)) {
 	logger := klog.FromContext(ctx)
 	id := identity()
@@ -36,34 +39,35 @@ func leadOrStandBy(ctx context.Context, kube kubernetes.Interface, namespace, na
 		Client:     kube.CoordinationV1(),
 		LockConfig: resourcelock.ResourceLockConfig{Identity: id},
 	}
-	leaderelection.RunOrDie(ctx, leaderelection.LeaderElectionConfig{
-		Lock:            lock,
-		Name:            name,
-		ReleaseOnCancel: true,
-		LeaseDuration:   leaseDuration,
-		RenewDeadline:   renewDeadline,
-		RetryPeriod:     retryPeriod,
-		Callbacks: leaderelection.LeaderCallbacks{
-			OnStartedLeading: func(ctx context.Context) {
-				logger.Info("Became the leader", "identity", id)
-				work(ctx)
+	// One term works at a time: client-go does not wait for
+	// OnStartedLeading to return before a new election can begin.
+	var term sync.Mutex
+	for ctx.Err() == nil {
+		leaderelection.RunOrDie(ctx, leaderelection.LeaderElectionConfig{
+			Lock:            lock,
+			Name:            name,
+			ReleaseOnCancel: true,
+			LeaseDuration:   leaseDuration,
+			RenewDeadline:   renewDeadline,
+			RetryPeriod:     retryPeriod,
+			Callbacks: leaderelection.LeaderCallbacks{
+				OnStartedLeading: func(ctx context.Context) {
+					term.Lock()
+					defer term.Unlock()
+					logger.Info("Became the leader", "identity", id)
+					work(ctx)
+				},
+				OnStoppedLeading: func() {
+					logger.Info("Stopped leading", "identity", id, "shuttingDown", ctx.Err() != nil)
+				},
+				OnNewLeader: func(leader string) {
+					if leader != id {
+						logger.Info("Standing by", "leader", leader)
+					}
+				},
 			},
-			OnStoppedLeading: func() {
-				if ctx.Err() != nil {
-					logger.Info("Released the lease on shutdown", "identity", id)
-					return
-				}
-				logger.Error(nil, "Lost the lease; exiting so that only the new leader writes", "identity", id)
-				klog.Flush()
-				os.Exit(1)
-			},
-			OnNewLeader: func(leader string) {
-				if leader != id {
-					logger.Info("Standing by", "leader", leader)
-				}
-			},
-		},
-	})
+		})
+	}
 }
 
 func identity() string {

@@ -43,6 +43,7 @@ type Cluster struct {
 	CRDSource string
 
 	etcd, apiserver *exec.Cmd
+	apiserverArgs   []string
 }
 
 // Options tune Start.
@@ -102,7 +103,7 @@ func Start(ctx context.Context, opts Options) (_ *Cluster, err error) {
 	}
 	host := "127.0.0.1:" + strconv.Itoa(ports[2])
 	say("starting kube-apiserver on https://%s", host)
-	c.apiserver, err = c.start("kube-apiserver",
+	c.apiserverArgs = []string{
 		"--etcd-servers", etcdURL,
 		"--bind-address", "127.0.0.1", "--secure-port", strconv.Itoa(ports[2]),
 		"--cert-dir", filepath.Join(dir, "certs"),
@@ -113,8 +114,8 @@ func Start(ctx context.Context, opts Options) (_ *Cluster, err error) {
 		"--service-account-signing-key-file", filepath.Join(dir, "sa.key"),
 		"--service-cluster-ip-range", "10.0.0.0/24",
 		"--disable-admission-plugins", "ServiceAccount",
-	)
-	if err != nil {
+	}
+	if c.apiserver, err = c.start("kube-apiserver", c.apiserverArgs...); err != nil {
 		return nil, err
 	}
 	c.Config = &rest.Config{
@@ -148,6 +149,24 @@ func (c *Cluster) Stop() {
 	}
 }
 
+// StopAPIServer kills kube-apiserver, leaving etcd and its data in place.
+func (c *Cluster) StopAPIServer() {
+	if c.apiserver != nil && c.apiserver.Process != nil {
+		_ = c.apiserver.Process.Kill()
+		_ = c.apiserver.Wait()
+	}
+}
+
+// StartAPIServer starts kube-apiserver again, on the same port, etcd and
+// keys, and waits until it is ready.
+func (c *Cluster) StartAPIServer(ctx context.Context) error {
+	var err error
+	if c.apiserver, err = c.start("kube-apiserver", c.apiserverArgs...); err != nil {
+		return err
+	}
+	return c.waitReady(ctx)
+}
+
 // UserConfig is a rest config for a static user given in Options.Tokens.
 func (c *Cluster) UserConfig(token string) *rest.Config {
 	cfg := rest.CopyConfig(c.Config)
@@ -156,7 +175,7 @@ func (c *Cluster) UserConfig(token string) *rest.Config {
 }
 
 func (c *Cluster) start(name string, args ...string) (*exec.Cmd, error) {
-	logFile, err := os.Create(filepath.Join(c.Dir, name+".log"))
+	logFile, err := os.OpenFile(filepath.Join(c.Dir, name+".log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
 	if err != nil {
 		return nil, err
 	}

@@ -63,12 +63,18 @@ type process struct {
 
 func newProcess(t *testing.T, args ...string) *process {
 	t.Helper()
+	return newProcessAs(t, env.operator, args...)
+}
+
+// newProcessAs is newProcess with another identity or cluster.
+func newProcessAs(t *testing.T, cfg *rest.Config, args ...string) *process {
+	t.Helper()
 	log, err := os.Create(filepath.Join(t.TempDir(), "operator.log"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	p := &process{t: t, log: log,
-		args: append([]string{"--kubeconfig", writeKubeconfig(t, env.operator)}, args...)}
+		args: append([]string{"--kubeconfig", writeKubeconfig(t, cfg)}, args...)}
 	t.Cleanup(func() {
 		p.kill()
 		_ = log.Close()
@@ -94,6 +100,16 @@ func (p *process) start() {
 	done := make(chan struct{})
 	p.done = done
 	go func(cmd *exec.Cmd) { _ = cmd.Wait(); close(done) }(p.cmd)
+}
+
+// exited reports whether the process ended by itself.
+func (p *process) exited() bool {
+	select {
+	case <-p.done:
+		return true
+	default:
+		return false
+	}
 }
 
 // kill sends SIGKILL, as an OOM kill or a node failure would.
