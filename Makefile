@@ -11,7 +11,7 @@ RACE_PKGS     := ./latch/... ./queue/... ./controller/... ./kargo/... ./metrics/
 PROMTOOL      ?= promtool
 FUZZTIME      ?= 15s
 
-.PHONY: all build test unit fuzz rules e2e lint cluster demo generate clean
+.PHONY: all build test unit fuzz rules e2e lint cluster demo bench generate clean
 
 all: build
 
@@ -64,6 +64,13 @@ lint: $(GOLANGCI_LINT)
 $(GOLANGCI_LINT):
 	@echo ">> Installing golangci-lint $(GOLANGCI_VERSION) into bin/ (first run only)..."
 	GOBIN=$(BIN) $(GO) install github.com/golangci/golangci-lint/v2/cmd/golangci-lint@$(GOLANGCI_VERSION)
+
+## bench: measure reaction latency, a project-wide pause, memory, cold
+## start and steady-state writes against baselines from the same run, and
+## print a table (docs/performance.md). BENCH_STAGES=10000 for full scale.
+BENCH_STAGES ?= 1000
+bench: cluster build
+	$(GO) run ./test/bench -stages $(BENCH_STAGES)
 
 ## demo: start a local test cluster, run the operator, and play a scenario.
 demo: cluster build

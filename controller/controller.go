@@ -42,7 +42,7 @@ type Config struct {
 	Namespaces []string
 	// Defaults are the settings of a Stage without setting annotations.
 	Defaults latch.Settings
-	// Workers syncing Stages in parallel (default 4).
+	// Workers syncing Stages in parallel (default 8).
 	Workers int
 	// DryRun decides and reports but writes nothing to Kargo objects.
 	DryRun bool
@@ -103,7 +103,7 @@ func New(cfg Config) (*Controller, error) {
 		return nil, errors.New("controller: one of Kube and Recorder is required")
 	}
 	if cfg.Workers <= 0 {
-		cfg.Workers = 4
+		cfg.Workers = 8
 	}
 	if cfg.Clock == nil {
 		cfg.Clock = clock.RealClock{}

@@ -83,9 +83,12 @@ func parseFlags(args []string) (*options, error) {
 	o := &options{}
 	fs.StringVar(&o.kubeconfig, "kubeconfig", "", "Path to a kubeconfig; in-cluster configuration when empty.")
 	fs.Var(&o.namespaces, "namespace", "A Kargo project namespace to watch (repeatable); all namespaces when none is given.")
-	fs.IntVar(&o.workers, "workers", 4, "Stages synced in parallel.")
-	fs.Float64Var(&o.qps, "kube-api-qps", 50, "Sustained requests per second to the API server.")
-	fs.IntVar(&o.burst, "kube-api-burst", 100, "Burst of requests to the API server.")
+	fs.IntVar(&o.workers, "workers", 8, "Stages synced in parallel; 8 lets a project-wide pause of 500 Stages take effect within 2s.")
+	// A project-wide pause of 500 Stages costs about 500 patches at once;
+	// these defaults let it take effect within 2s (docs/performance.md).
+	// The API server's priority and fairness still protects it.
+	fs.Float64Var(&o.qps, "kube-api-qps", 200, "Sustained requests per second to the API server, per client.")
+	fs.IntVar(&o.burst, "kube-api-burst", 500, "Burst of requests to the API server, per client.")
 	fs.BoolVar(&o.defaults.PauseOnFailure, "pause-on-failure", false, "Default of kargo-latch.io/pause-on-failure: a failure pauses the Stage.")
 	fs.DurationVar(&o.defaults.LatchDeadline, "latch-deadline", 30*time.Minute, "Default of kargo-latch.io/latch-deadline: time from a promotion to the first Healthy; 0 disables.")
 	fs.DurationVar(&o.defaults.DegradedGrace, "degraded-grace", 5*time.Minute, "Default of kargo-latch.io/degraded-grace: how long a latched Stage may be Unhealthy or Unknown.")

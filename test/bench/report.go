@@ -1,0 +1,52 @@
+package main
+
+import (
+	"fmt"
+	"io"
+	"runtime"
+	"slices"
+	"strings"
+	"text/tabwriter"
+	"time"
+)
+
+type row struct {
+	figure, value, baseline, goal, ratio string
+	met                                  bool
+}
+
+type stats struct{ p50, p99, max time.Duration }
+
+func percentiles(d []time.Duration) stats {
+	s := slices.Clone(d)
+	slices.Sort(s)
+	at := func(q float64) time.Duration { return s[min(len(s)-1, int(q*float64(len(s))))] }
+	return stats{p50: at(0.50), p99: at(0.99), max: s[len(s)-1]}
+}
+
+func (s stats) String() string {
+	r := func(d time.Duration) time.Duration { return d.Round(100 * time.Microsecond) }
+	return fmt.Sprintf("p50 %v, p99 %v, max %v", r(s.p50), r(s.p99), r(s.max))
+}
+
+func printTable(out io.Writer, o options, rows []row) {
+	fmt.Fprintf(out, "\nkargo-latch bench — %d busy Stages, %d under one project pause, %d status writes/s of churn, %s, %d CPUs\n\n",
+		o.stages, o.wide, o.churn, runtime.Version(), runtime.NumCPU())
+	w := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(w, "FIGURE\tMEASURED\tBASELINE (same run)\tRATIO\tGOAL\tMET")
+	for _, r := range rows {
+		met := "no"
+		if r.met {
+			met = "yes"
+		}
+		fmt.Fprintln(w, strings.Join([]string{r.figure, r.value, r.baseline, dash(r.ratio), r.goal, met}, "\t"))
+	}
+	_ = w.Flush()
+}
+
+func dash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
+}
