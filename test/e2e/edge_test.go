@@ -1,0 +1,78 @@
+package e2e
+
+import (
+	"context"
+	"strings"
+	"testing"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/kargo-latch/kargo-latch/kargo"
+	"github.com/kargo-latch/kargo-latch/latch"
+)
+
+// A pause created and deleted at once leaves the Stage unpaused, whatever
+// the operator saw of it.
+func TestPauseCreatedAndDeletedAtOnce(t *testing.T) {
+	t.Parallel()
+	ns := newProject(t)
+	startOperator(t, ns, fastSettings())
+	s := createStage(t, ns, "prod", nil)
+	promoteAndLatch(t, s)
+	for range 5 {
+		must(t, createPause(env.dev, pause(ns, "blink", "prod", "Manual")))
+		must(t, deletePause(env.lead, ns, "blink"))
+	}
+	other := createStage(t, ns, "qa", nil)
+	promoteAndLatch(t, other) // the operator keeps serving
+	settle()
+	if paused(t, s) {
+		t.Error("Stage left paused by a pause that is gone")
+	}
+	if r := stageRecord(t, s); len(r.Pauses) != 0 || r.Phase != latch.PhaseLatched {
+		t.Errorf("record pauses %v, phase %s; want none and Latched", r.Pauses, r.Phase)
+	}
+}
+
+// Deleting a paused Stage removes its series; the person's pause stays and
+// pauses the Stage again if it comes back under the same name.
+func TestStageDeletedWhilePaused(t *testing.T) {
+	t.Parallel()
+	ns := newProject(t)
+	op := startOperator(t, ns, fastSettings())
+	s := createStage(t, ns, "prod", nil)
+	promoteAndLatch(t, s)
+	must(t, createPause(env.dev, pause(ns, "hold", "prod", "Manual")))
+	waitPaused(t, s, true)
+	if got := op.metric("kargo_latch_stage_paused", "stage", "prod"); got != 1 {
+		t.Fatalf("kargo_latch_stage_paused = %v, want 1", got)
+	}
+
+	must(t, env.dyn.Resource(kargo.StagesResource).Namespace(ns).Delete(context.Background(), "prod", metav1.DeleteOptions{}))
+	waitFor(t, "the deleted Stage's series to go", func() bool {
+		return op.metric("kargo_latch_stage_paused", "stage", "prod") == 0 &&
+			op.metric("kargo_latch_stage_phase", "stage", "prod") == 0
+	})
+	waitFor(t, "the pause to report its Stage missing", func() bool {
+		return pauseCondition(t, ns, "hold") == "False/StageNotFound"
+	})
+
+	again := createStage(t, ns, "prod", nil)
+	waitPaused(t, again, true)
+}
+
+// Annotations beyond the API server's 256 KB limit are refused before the
+// operator sees them; large foreign annotations under the limit are dropped
+// from the operator's cache and change nothing.
+func TestHugeAnnotations(t *testing.T) {
+	t.Parallel()
+	ns := newProject(t)
+	startOperator(t, ns, fastSettings())
+	_, err := env.kargo.CreateStage(ctx, ns, "huge", map[string]string{"example.com/blob": strings.Repeat("x", 1<<20)})
+	if !apierrors.IsInvalid(err) {
+		t.Errorf("a Stage with 1 MB of annotations: %v, want Invalid from the API server", err)
+	}
+	big := createStage(t, ns, "big", map[string]string{"example.com/blob": strings.Repeat("x", 200<<10)})
+	promoteAndLatch(t, big)
+}
