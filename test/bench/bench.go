@@ -151,6 +151,8 @@ func (b *bench) startOperator() error {
 		"--namespace", busyNS, "--namespace", wideNS, "--metrics-bind-address", "0",
 		"--health-probe-bind-address", "127.0.0.1:"+strconv.Itoa(ports[0]))
 	b.operator.Stdout, b.operator.Stderr = log, log
+	// As manifests/base/deployment.yaml runs it.
+	b.operator.Env = append(os.Environ(), "GOGC=50")
 	b.operator.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	if err := b.operator.Start(); err != nil {
 		return fmt.Errorf("starting bin/kargo-latch (make build): %w", err)
