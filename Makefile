@@ -1,6 +1,7 @@
 # kargo-latch — the two commands a newcomer needs are `make demo` and
 # `make test`. Everything else here is what they are made of.
 
+SHELL         := /bin/bash
 GO            ?= go
 BIN           := $(CURDIR)/bin
 GOLANGCI_LINT := $(BIN)/golangci-lint
@@ -9,9 +10,12 @@ GOLANGCI_VERSION := v2.15.0
 # of the operator's own code).
 RACE_PKGS     := ./latch/... ./queue/... ./controller/... ./kargo/... ./metrics/... ./api/... ./hack/...
 PROMTOOL      ?= promtool
-FUZZTIME      ?= 15s
+FUZZTIME      ?= 30s
+# The failure-injection tests of docs/reliability.md: SIGKILL loops, leader
+# loss, an API server outage, and the bad-input corpus.
+RELIABILITY   := TestReliabilityKillScenario|TestExactlyOncePauseAcrossKills|TestLeaderElection|TestAPIServerOutage|TestRestartKeepsLatch|TestBadInputIsReportedAndHarmless|TestPauseBadInput|TestPauseCreatedAndDeletedAtOnce|TestStageDeletedWhilePaused|TestHugeAnnotations
 
-.PHONY: all build test unit fuzz rules e2e lint cluster demo bench generate clean
+.PHONY: all build test unit fuzz rules e2e test-reliability lint cluster demo bench generate clean
 
 all: build
 
@@ -20,7 +24,7 @@ build:
 
 ## test: everything CI runs: lint, unit tests with -race, bounded fuzzing,
 ## and the acceptance tests on a real kube-apiserver.
-test: lint unit rules fuzz e2e
+test: lint unit rules fuzz e2e test-reliability
 
 unit:
 	$(GO) test -race -count=1 $(RACE_PKGS) ./cmd/...
@@ -30,7 +34,12 @@ fuzz:
 	$(GO) test -run='^$$' -fuzz='^FuzzDecode$$' -fuzztime=$(FUZZTIME) -fuzzminimizetime=2s ./latch/
 
 e2e: cluster
-	$(GO) test -race -count=1 -timeout=15m ./test/...
+	$(GO) test -race -count=1 -timeout=15m -skip '^($(RELIABILITY))$$' ./test/...
+
+## test-reliability: the failure-injection suite (docs/reliability.md); the
+## fuzzing of `make fuzz` belongs to it too.
+test-reliability: cluster
+	$(GO) test -race -count=1 -timeout=20m -run '^($(RELIABILITY))$$' -v ./test/e2e | grep -E '^(=== RUN|--- |ok|FAIL|PASS)|_test.go:[0-9]+: '; exit $${PIPESTATUS[0]}
 
 ## cluster: build kube-apiserver v1.37.2 and etcd v3.7.0 from Go modules
 ## into bin/, only when missing.

@@ -1,0 +1,248 @@
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+
+	"github.com/kargo-latch/kargo-latch/controller"
+	"github.com/kargo-latch/kargo-latch/kargo"
+	"github.com/kargo-latch/kargo-latch/latch"
+	"github.com/kargo-latch/kargo-latch/test/driver"
+)
+
+// The reliability scenario: what each Stage goes through, by kind.
+const (
+	kindFlapper        = iota // latch, then Progressing flaps
+	kindPromotionFails        // latch, then a failed promotion: paused
+	kindDegrades              // latch, then Unhealthy past the grace: paused
+	kindManualPause           // latch, then a person pauses it
+	kindResumed               // latch, an errored promotion pauses it, a person resumes
+	kinds
+)
+
+// oracle runs a kind's scenario through the latch state machine itself, the
+// model, and returns the record the operator must end with.
+func oracle(kind int) latch.Record {
+	s := latch.Settings{LatchDeadline: time.Minute, DegradedGrace: time.Second, PauseOnFailure: true}
+	t := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	p1 := &latch.Promotion{Name: "p1", Phase: latch.PromotionSucceeded, FinishedAt: &t}
+	seq := []latch.Observation{
+		{Stage: "s"},
+		{Stage: "s", LastPromotion: p1, FreightID: "F1"},
+		{Stage: "s", LastPromotion: p1, FreightID: "F1", Health: latch.HealthProgressing},
+		{Stage: "s", LastPromotion: p1, FreightID: "F1", Health: latch.HealthHealthy},
+	}
+	switch kind {
+	case kindFlapper, kindManualPause:
+		for range 3 {
+			seq = append(seq, seq[2], seq[3])
+		}
+	case kindPromotionFails, kindResumed:
+		phase := latch.PromotionFailed
+		if kind == kindResumed {
+			phase = latch.PromotionErrored
+		}
+		seq = append(seq, latch.Observation{Stage: "s", FreightID: "F1", Health: latch.HealthUnknown,
+			LastPromotion: &latch.Promotion{Name: "p2", Phase: phase, FinishedAt: &t}})
+	case kindDegrades:
+		unhealthy := seq[3]
+		unhealthy.Health = latch.HealthUnhealthy
+		seq = append(seq, unhealthy, unhealthy)
+	}
+	var r latch.Record
+	for i, o := range seq {
+		r = latch.Step(s, r, o, t.Add(time.Duration(i)*2*time.Second)).Record
+	}
+	return r
+}
+
+// TestReliabilityKillScenario runs 200 Stages through latches, flaps,
+// failures, degradations, manual and project-wide pauses and resumes, while
+// the operator binary is killed with SIGKILL 20 times, and compares every
+// Stage's end state with the model oracle: no lost latch, no lost or
+// spurious pause, and exactly one StagePaused Event per pause.
+func TestReliabilityKillScenario(t *testing.T) {
+	t.Parallel()
+	if testing.Short() {
+		t.Skip("the reliability scenario runs in make test-reliability, not with -short")
+	}
+	ns, wideNS := newProject(t), newProject(t)
+	op := newProcess(t, "--namespace", ns, "--namespace", wideNS, "--degraded-grace", "1s", "--latch-deadline", "1m",
+		"--pause-on-failure", "--metrics-bind-address", "0", "--health-probe-bind-address", "0")
+	op.start()
+
+	const n, wide, killsWanted = 200, 20, 20
+	stages := make([]*driver.Stage, n)
+	for i := range stages {
+		stages[i] = createStage(t, ns, fmt.Sprintf("s%03d", i), nil)
+	}
+	wideStages := make([]*driver.Stage, wide)
+	for i := range wideStages {
+		wideStages[i] = createStage(t, wideNS, fmt.Sprintf("w%02d", i), nil)
+	}
+
+	var kills atomic.Int64
+	stopKilling := make(chan struct{})
+	var killer sync.WaitGroup
+	killer.Go(func() {
+		for kills.Load() < killsWanted {
+			select {
+			case <-stopKilling:
+				return
+			case <-time.After(time.Duration(200+rand.IntN(600)) * time.Millisecond): //nolint:gosec // test jitter
+			}
+			op.kill()
+			kills.Add(1)
+			op.start()
+		}
+	})
+
+	slowWait := func(what string, cond func() bool) {
+		t.Helper()
+		deadline := time.Now().Add(2 * time.Minute)
+		for !cond() {
+			if time.Now().After(deadline) {
+				t.Errorf("timed out waiting for %s", what)
+				return
+			}
+			time.Sleep(150 * time.Millisecond)
+		}
+	}
+	play := func(i int, s *driver.Stage) {
+		must(t, s.FinishPromotionErr(ctx))
+		must(t, s.SetHealth(ctx, kargo.HealthProgressing))
+		must(t, s.SetHealth(ctx, kargo.HealthHealthy))
+		slowWait(s.Name+" latched", func() bool { r, err := recordOf(s); return err == nil && r.Phase == latch.PhaseLatched })
+		switch i % kinds {
+		case kindFlapper:
+			for range 3 {
+				must(t, s.SetHealth(ctx, kargo.HealthProgressing))
+				must(t, s.SetHealth(ctx, kargo.HealthHealthy))
+			}
+		case kindPromotionFails:
+			_, err := s.FinishPromotion(ctx, "Failed")
+			must(t, err)
+			slowWait(s.Name+" paused", func() bool { return pausedOn(s) })
+		case kindDegrades:
+			must(t, s.SetHealth(ctx, kargo.HealthUnhealthy))
+			slowWait(s.Name+" paused", func() bool { return pausedOn(s) })
+		case kindManualPause:
+			must(t, createPause(env.dev, pause(ns, s.Name+"-manual", s.Name, "Manual")))
+			slowWait(s.Name+" paused", func() bool { return pausedOn(s) })
+		case kindResumed:
+			_, err := s.FinishPromotion(ctx, "Errored")
+			must(t, err)
+			slowWait(s.Name+" paused", func() bool { return pausedOn(s) })
+			r, err := recordOf(s)
+			must(t, err)
+			must(t, deletePause(env.lead, ns, r.Failure.Pause))
+			slowWait(s.Name+" resumed", func() bool { return !pausedOn(s) })
+		}
+	}
+
+	var wg sync.WaitGroup
+	work := make(chan int)
+	for range 12 {
+		wg.Go(func() {
+			for i := range work {
+				play(i, stages[i])
+			}
+		})
+	}
+	wg.Go(func() {
+		for _, s := range wideStages {
+			must(t, s.FinishPromotionErr(ctx))
+			must(t, s.SetHealth(ctx, kargo.HealthHealthy))
+		}
+		must(t, createPause(env.dev, pause(wideNS, "big-red-button", "*", "ProjectPause")))
+		for _, s := range wideStages {
+			slowWait(s.Name+" paused project-wide", func() bool { return pausedOn(s) })
+		}
+		must(t, deletePause(env.lead, wideNS, "big-red-button"))
+		for _, s := range wideStages {
+			slowWait(s.Name+" resumed project-wide", func() bool { return !pausedOn(s) })
+		}
+	})
+	for i := range stages {
+		work <- i
+	}
+	close(work)
+	wg.Wait()
+	killer.Wait()
+	close(stopKilling)
+	t.Logf("the operator was killed %d times during the scenario", kills.Load())
+	if t.Failed() {
+		return
+	}
+	settle()
+
+	var lostLatches, lostPauses, spurious, badEvents int
+	for i, s := range stages {
+		kind := i % kinds
+		want := oracle(kind)
+		got, err := recordOf(s)
+		must(t, err)
+		if got.Phase != want.Phase || (want.Failure != nil) != (got.Failure != nil) ||
+			(want.Failure != nil && got.Failure.Reason != want.Failure.Reason) {
+			lostLatches++
+			t.Errorf("%s (kind %d): phase %s, failure %+v; the oracle says %s, %+v", s.Name, kind, got.Phase, got.Failure, want.Phase, want.Failure)
+		}
+		wantPaused := kind == kindPromotionFails || kind == kindDegrades || kind == kindManualPause
+		switch isPaused, pauses := pausedOn(s), pausesNaming(t, ns, s.Name); {
+		case wantPaused && (!isPaused || pauses != 1):
+			lostPauses++
+			t.Errorf("%s (kind %d): paused %v with %d StagePauses, want paused by exactly 1", s.Name, kind, isPaused, pauses)
+		case !wantPaused && (isPaused || pauses != 0):
+			spurious++
+			t.Errorf("%s (kind %d): paused %v with %d StagePauses, want none", s.Name, kind, isPaused, pauses)
+		}
+		wantEvents := 1
+		if kind == kindFlapper {
+			wantEvents = 0
+		}
+		if got := eventCount(t, s, controller.ReasonStagePaused); got != wantEvents {
+			badEvents++
+			t.Errorf("%s (kind %d): %d StagePaused Events, want %d", s.Name, kind, got, wantEvents)
+		}
+	}
+	for _, s := range wideStages {
+		if pausedOn(s) {
+			spurious++
+			t.Errorf("%s still paused after the project-wide resume", s.Name)
+		}
+		if got := eventCount(t, s, controller.ReasonStagePaused); got != 1 {
+			badEvents++
+			t.Errorf("%s: %d StagePaused Events for one project-wide pause, want 1", s.Name, got)
+		}
+	}
+	t.Logf("%d Stages + %d under a project-wide pause, %d SIGKILLs: %d lost latches, %d lost pauses, %d spurious pauses, %d wrong StagePaused Event counts",
+		n, wide, kills.Load(), lostLatches, lostPauses, spurious, badEvents)
+}
+
+func recordOf(s *driver.Stage) (latch.Record, error) {
+	u, err := s.Get(context.Background())
+	if err != nil {
+		return latch.Record{}, err
+	}
+	return latch.Decode(u.GetAnnotations()[controller.StateAnnotation])
+}
+
+// pausesNaming counts the StagePauses whose spec names the Stage, however
+// they were made.
+func pausesNaming(t *testing.T, ns, stage string) int {
+	t.Helper()
+	n := 0
+	for _, p := range listPauses(t, ns) {
+		if got, _, _ := unstructured.NestedString(p.Object, "spec", "stage"); got == stage {
+			n++
+		}
+	}
+	return n
+}
