@@ -13,7 +13,7 @@ PROMTOOL      ?= promtool
 FUZZTIME      ?= 30s
 # The failure-injection tests of docs/reliability.md: SIGKILL loops, leader
 # loss, an API server outage, and the bad-input corpus.
-RELIABILITY   := TestReliabilityKillScenario|TestExactlyOncePauseAcrossKills|TestLeaderElection|TestAPIServerOutage|TestRestartKeepsLatch|TestBadInputIsReportedAndHarmless|TestPauseBadInput|TestPauseCreatedAndDeletedAtOnce|TestStageDeletedWhilePaused|TestHugeAnnotations
+RELIABILITY   := TestReliabilityKillScenario|TestReliabilityLeaderLoss|TestMalformedKargoObjectsAreRefused|TestExactlyOncePauseAcrossKills|TestLeaderElection|TestAPIServerOutage|TestRestartKeepsLatch|TestBadInputIsReportedAndHarmless|TestPauseBadInput|TestPauseCreatedAndDeletedAtOnce|TestStageDeletedWhilePaused|TestHugeAnnotations
 
 .PHONY: all build test unit fuzz rules e2e test-reliability lint cluster demo bench generate clean
 

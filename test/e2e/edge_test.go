@@ -7,6 +7,7 @@ import (
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 
 	"github.com/kargo-latch/kargo-latch/kargo"
 	"github.com/kargo-latch/kargo-latch/latch"
@@ -75,4 +76,28 @@ func TestHugeAnnotations(t *testing.T) {
 	}
 	big := createStage(t, ns, "big", map[string]string{"example.com/blob": strings.Repeat("x", 200<<10)})
 	promoteAndLatch(t, big)
+}
+
+// Kargo's own schemas refuse a Stage without spec and a Promotion without
+// spec.stage, so the operator never sees them; the Promotion handler ignores
+// one without a Stage anyway (kargo.Promotion.Stage is empty).
+func TestMalformedKargoObjectsAreRefused(t *testing.T) {
+	t.Parallel()
+	if !strings.Contains(env.cluster.CRDSource, "real") {
+		t.Skip("needs Kargo's real CRDs (../shared/kargo-crds); the stand-in CRDs validate nothing")
+	}
+	ns := newProject(t)
+	noSpec := &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": kargo.GroupVersion.String(), "kind": "Stage", "metadata": map[string]any{"name": "bare", "namespace": ns},
+	}}
+	if _, err := env.dyn.Resource(kargo.StagesResource).Namespace(ns).Create(ctx, noSpec, metav1.CreateOptions{}); !apierrors.IsInvalid(err) {
+		t.Errorf("a Stage without spec: %v, want Invalid", err)
+	}
+	noStage := &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": kargo.GroupVersion.String(), "kind": "Promotion", "metadata": map[string]any{"name": "lost", "namespace": ns},
+		"spec": map[string]any{"freight": "abc", "steps": []any{map[string]any{"uses": "argocd-update"}}},
+	}}
+	if _, err := env.dyn.Resource(kargo.PromotionsResource).Namespace(ns).Create(ctx, noStage, metav1.CreateOptions{}); !apierrors.IsInvalid(err) {
+		t.Errorf("a Promotion without spec.stage: %v, want Invalid", err)
+	}
 }

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 
 	"github.com/kargo-latch/kargo-latch/controller"
@@ -63,22 +64,79 @@ func oracle(kind int) latch.Record {
 	return r
 }
 
-// TestReliabilityKillScenario runs 200 Stages through latches, flaps,
-// failures, degradations, manual and project-wide pauses and resumes, while
-// the operator binary is killed with SIGKILL 20 times, and compares every
-// Stage's end state with the model oracle: no lost latch, no lost or
-// spurious pause, and exactly one StagePaused Event per pause.
+// TestReliabilityKillScenario runs the reliability scenario while the
+// operator binary is killed with SIGKILL 20 times.
 func TestReliabilityKillScenario(t *testing.T) {
 	t.Parallel()
-	if testing.Short() {
-		t.Skip("the reliability scenario runs in make test-reliability, not with -short")
-	}
 	ns, wideNS := newProject(t), newProject(t)
-	op := newProcess(t, "--namespace", ns, "--namespace", wideNS, "--degraded-grace", "1s", "--latch-deadline", "1m",
-		"--pause-on-failure", "--metrics-bind-address", "0", "--health-probe-bind-address", "0")
+	op := newProcess(t, scenarioArgs(ns, wideNS)...)
 	op.start()
+	const killsWanted = 20
+	var kills atomic.Int64
+	var killer sync.WaitGroup
+	killer.Go(func() {
+		for kills.Load() < killsWanted {
+			time.Sleep(time.Duration(200+rand.IntN(600)) * time.Millisecond) //nolint:gosec // test jitter
+			op.kill()
+			kills.Add(1)
+			op.start()
+		}
+	})
+	reliabilityScenario(t, ns, wideNS, func() string {
+		killer.Wait()
+		return fmt.Sprintf("%d SIGKILLs", kills.Load())
+	})
+}
 
-	const n, wide, killsWanted = 200, 20, 20
+// TestReliabilityLeaderLoss runs the same scenario with two replicas under
+// leader election, and kills the leader with SIGKILL in the middle of it.
+func TestReliabilityLeaderLoss(t *testing.T) {
+	t.Parallel()
+	ns, wideNS := newProject(t), newProject(t)
+	args := append(scenarioArgs(ns, wideNS), "--leader-elect", "--leader-election-namespace", "kargo-latch", "--leader-election-id", "e2e-"+ns)
+	leader, standby := newProcess(t, args...), newProcess(t, args...)
+	leader.start()
+	time.Sleep(time.Second) // the first replica wins the first election
+	standby.start()
+	var failover time.Duration
+	var done sync.WaitGroup
+	done.Go(func() {
+		time.Sleep(3 * time.Second) // mid-scenario
+		lease := func() string {
+			l, err := env.kube.CoordinationV1().Leases("kargo-latch").Get(ctx, "e2e-"+ns, metav1.GetOptions{})
+			if err != nil || l.Spec.HolderIdentity == nil {
+				return ""
+			}
+			return *l.Spec.HolderIdentity
+		}
+		before := lease()
+		leader.kill()
+		killed := time.Now()
+		for lease() == before && time.Since(killed) < time.Minute {
+			time.Sleep(100 * time.Millisecond)
+		}
+		failover = time.Since(killed)
+	})
+	reliabilityScenario(t, ns, wideNS, func() string {
+		done.Wait()
+		return fmt.Sprintf("the leader SIGKILLed mid-scenario, the standby took the Lease %v later", failover.Round(time.Millisecond))
+	})
+}
+
+func scenarioArgs(ns, wideNS string) []string {
+	return []string{"--namespace", ns, "--namespace", wideNS, "--degraded-grace", "1s", "--latch-deadline", "1m",
+		"--pause-on-failure", "--metrics-bind-address", "0", "--health-probe-bind-address", "0"}
+}
+
+// reliabilityScenario runs 200 Stages through latches, flaps, failures,
+// degradations, manual and project-wide pauses and resumes while the
+// caller disrupts the operator, then compares every Stage's end state with
+// the model oracle: no lost latch, no lost or spurious pause, and exactly
+// one StagePaused Event per pause. disrupted waits for the disruption to
+// end and describes it.
+func reliabilityScenario(t *testing.T, ns, wideNS string, disrupted func() string) {
+	t.Helper()
+	const n, wide = 200, 20
 	stages := make([]*driver.Stage, n)
 	for i := range stages {
 		stages[i] = createStage(t, ns, fmt.Sprintf("s%03d", i), nil)
@@ -87,23 +145,6 @@ func TestReliabilityKillScenario(t *testing.T) {
 	for i := range wideStages {
 		wideStages[i] = createStage(t, wideNS, fmt.Sprintf("w%02d", i), nil)
 	}
-
-	var kills atomic.Int64
-	stopKilling := make(chan struct{})
-	var killer sync.WaitGroup
-	killer.Go(func() {
-		for kills.Load() < killsWanted {
-			select {
-			case <-stopKilling:
-				return
-			case <-time.After(time.Duration(200+rand.IntN(600)) * time.Millisecond): //nolint:gosec // test jitter
-			}
-			op.kill()
-			kills.Add(1)
-			op.start()
-		}
-	})
-
 	slowWait := func(what string, cond func() bool) {
 		t.Helper()
 		deadline := time.Now().Add(2 * time.Minute)
@@ -175,9 +216,8 @@ func TestReliabilityKillScenario(t *testing.T) {
 	}
 	close(work)
 	wg.Wait()
-	killer.Wait()
-	close(stopKilling)
-	t.Logf("the operator was killed %d times during the scenario", kills.Load())
+	disruption := disrupted()
+	t.Logf("disruption: %s", disruption)
 	if t.Failed() {
 		return
 	}
@@ -222,8 +262,8 @@ func TestReliabilityKillScenario(t *testing.T) {
 			t.Errorf("%s: %d StagePaused Events for one project-wide pause, want 1", s.Name, got)
 		}
 	}
-	t.Logf("%d Stages + %d under a project-wide pause, %d SIGKILLs: %d lost latches, %d lost pauses, %d spurious pauses, %d wrong StagePaused Event counts",
-		n, wide, kills.Load(), lostLatches, lostPauses, spurious, badEvents)
+	t.Logf("%d Stages + %d under a project-wide pause, %s: %d lost latches, %d lost pauses, %d spurious pauses, %d wrong StagePaused Event counts",
+		n, wide, disruption, lostLatches, lostPauses, spurious, badEvents)
 }
 
 func recordOf(s *driver.Stage) (latch.Record, error) {
