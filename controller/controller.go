@@ -35,7 +35,7 @@ import (
 // Config is what a Controller needs. Zero values take the defaults noted.
 type Config struct {
 	Dynamic dynamic.Interface
-	// Kube sends Events. It may be nil when Recorder is set.
+	// Kube sends Events.
 	Kube kubernetes.Interface
 	// Namespaces limits the operator to these Kargo projects; empty means
 	// all namespaces.
@@ -96,11 +96,8 @@ const maxRetries = 15
 
 // New builds a Controller and its informers; Run starts them.
 func New(cfg Config) (*Controller, error) {
-	if cfg.Dynamic == nil || cfg.Metrics == nil {
-		return nil, errors.New("controller: Dynamic and Metrics are required")
-	}
-	if cfg.Kube == nil && cfg.Recorder == nil {
-		return nil, errors.New("controller: one of Kube and Recorder is required")
+	if cfg.Dynamic == nil || cfg.Kube == nil || cfg.Metrics == nil {
+		return nil, errors.New("controller: Dynamic, Kube and Metrics are required")
 	}
 	if cfg.Workers <= 0 {
 		cfg.Workers = 8
@@ -166,7 +163,7 @@ func (c *Controller) watchNamespace(ns string) error {
 		}},
 		{pauses, cache.ResourceEventHandlerFuncs{
 			AddFunc:    c.enqueuePause,
-			UpdateFunc: func(_, obj any) { c.enqueuePause(obj) },
+			UpdateFunc: c.updatePause,
 			DeleteFunc: c.enqueuePause,
 		}},
 	}

@@ -13,6 +13,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	dynamicfake "k8s.io/client-go/dynamic/fake"
+	kubefake "k8s.io/client-go/kubernetes/fake"
 	k8stesting "k8s.io/client-go/testing"
 	"k8s.io/client-go/tools/record"
 	"k8s.io/klog/v2/ktesting"
@@ -29,6 +30,7 @@ import (
 type fixture struct {
 	t        *testing.T
 	client   *dynamicfake.FakeDynamicClient
+	kube     *kubefake.Clientset
 	recorder *record.FakeRecorder
 	patches  atomic.Int64
 }
@@ -49,8 +51,10 @@ func newFixture(t *testing.T, dryRun bool, stages ...*unstructured.Unstructured)
 		f.patches.Add(1)
 		return false, nil, nil
 	})
+	f.kube = kubefake.NewClientset()
 	c, err := New(Config{
 		Dynamic:  f.client,
+		Kube:     f.kube,
 		Recorder: f.recorder,
 		Defaults: latch.Settings{LatchDeadline: time.Minute, DegradedGrace: time.Minute},
 		DryRun:   dryRun,
@@ -166,6 +170,13 @@ func TestFailureCreatesItsPauseOnce(t *testing.T) {
 	}
 	if got := p.GetLabels()[v1alpha1.ReasonLabel]; got != "PromotionFailed" {
 		t.Errorf("reason label %q, want PromotionFailed", got)
+	}
+	events, err := f.kube.CoreV1().Events("shop").List(context.Background(), metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(events.Items) != 1 || events.Items[0].Reason != ReasonStagePaused {
+		t.Errorf("Events written to the API: %+v, want one StagePaused", events.Items)
 	}
 }
 

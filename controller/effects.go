@@ -117,7 +117,7 @@ func (c *Controller) createFailurePauses(ctx context.Context, stage *kargo.Stage
 		}
 		out = append(out, p)
 	}
-	slices.SortFunc(out, func(a, b *v1alpha1.StagePause) int { return cmpStrings(a.Name, b.Name) })
+	sortPauses(out)
 	return out, nil
 }
 
@@ -187,11 +187,6 @@ func (c *Controller) pausedEvent(ctx context.Context, stage *kargo.Stage, p *v1a
 		Reason: ReasonStagePaused, Message: msg, Type: corev1.EventTypeWarning,
 		Source:         corev1.EventSource{Component: FieldManager},
 		FirstTimestamp: now, LastTimestamp: now, Count: 1,
-	}
-	if c.cfg.Kube == nil {
-		// Tests without an API server for Events use the recorder.
-		c.event(stage, ev.Type, ev.Reason, ev.Message)
-		return nil
 	}
 	_, err := c.cfg.Kube.CoreV1().Events(stage.Namespace).Create(ctx, ev, metav1.CreateOptions{})
 	if err != nil && !apierrors.IsAlreadyExists(err) {
@@ -279,28 +274,30 @@ func (c *Controller) addDrained(ctx context.Context, pause *v1alpha1.StagePause,
 	return nil
 }
 
+// reportConfig warns once per new invalid-settings message.
 func (c *Controller) reportConfig(stage *kargo.Stage, m *memo, problem string) {
-	if problem == m.configProblem {
-		return
+	if warnOnce(&m.configProblem, problem) {
+		c.warn(stage, ReasonInvalidConfig, "Invalid setting: %s", problem)
+		c.cfg.Metrics.InvalidConfig.WithLabelValues(stage.Namespace, stage.Name).Inc()
 	}
-	m.configProblem = problem
-	if problem == "" {
-		return
-	}
-	c.warn(stage, ReasonInvalidConfig, "Invalid setting: %s", problem)
-	c.cfg.Metrics.InvalidConfig.WithLabelValues(stage.Namespace, stage.Name).Inc()
 }
 
+// reportHealth warns once per new health string Kargo does not define.
 func (c *Controller) reportHealth(stage *kargo.Stage, m *memo, unknown string) {
-	if unknown == m.badHealth {
-		return
+	if warnOnce(&m.badHealth, unknown) {
+		c.warn(stage, ReasonUnknownHealth, "Stage health %q is not one Kargo defines; the latch holds its phase until Kargo reports a known health", unknown)
+		c.cfg.Metrics.InvalidInput.WithLabelValues(stage.Namespace, stage.Name, "health").Inc()
 	}
-	m.badHealth = unknown
-	if unknown == "" {
-		return
+}
+
+// warnOnce remembers value in last and reports whether it is a new problem
+// to report: not empty, and not the one reported last time.
+func warnOnce(last *string, value string) bool {
+	if value == *last {
+		return false
 	}
-	c.warn(stage, ReasonUnknownHealth, "Stage health %q is not one Kargo defines; the latch holds its phase until Kargo reports a known health", unknown)
-	c.cfg.Metrics.InvalidInput.WithLabelValues(stage.Namespace, stage.Name, "health").Inc()
+	*last = value
+	return value != ""
 }
 
 func (c *Controller) warn(stage *kargo.Stage, reason, format string, args ...any) {

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"slices"
+	"strings"
 	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -22,27 +23,16 @@ import (
 
 // transformPause turns the dynamic informer's unstructured StagePauses into
 // typed ones. An object that does not convert covers nothing.
-func transformPause(obj any) (any, error) {
-	convert := func(u *unstructured.Unstructured) *v1alpha1.StagePause {
-		p := &v1alpha1.StagePause{}
-		if err := runtime.DefaultUnstructuredConverter.FromUnstructured(u.Object, p); err != nil {
-			p = &v1alpha1.StagePause{}
-			p.Name, p.Namespace, p.UID = u.GetName(), u.GetNamespace(), u.GetUID()
-		}
-		p.ManagedFields = nil
-		return p
+var transformPause = kargo.Transform(func(obj map[string]any) *v1alpha1.StagePause {
+	p := &v1alpha1.StagePause{}
+	if err := runtime.DefaultUnstructuredConverter.FromUnstructured(obj, p); err != nil {
+		u := unstructured.Unstructured{Object: obj}
+		p = &v1alpha1.StagePause{}
+		p.Name, p.Namespace, p.UID = u.GetName(), u.GetNamespace(), u.GetUID()
 	}
-	switch o := obj.(type) {
-	case *unstructured.Unstructured:
-		return convert(o), nil
-	case cache.DeletedFinalStateUnknown:
-		if u, ok := o.Obj.(*unstructured.Unstructured); ok {
-			o.Obj = convert(u)
-		}
-		return o, nil
-	}
-	return obj, nil
-}
+	p.ManagedFields = nil
+	return p
+})
 
 // pausesIn lists the StagePauses of a namespace from the cache.
 func (c *Controller) pausesIn(ns string) []*v1alpha1.StagePause {
@@ -80,18 +70,26 @@ func (c *Controller) coveringPauses(ns, stage string) []*v1alpha1.StagePause {
 			out = append(out, p)
 		}
 	}
-	slices.SortFunc(out, func(a, b *v1alpha1.StagePause) int { return cmpStrings(a.Name, b.Name) })
+	sortPauses(out)
 	return out
 }
 
-func cmpStrings(a, b string) int {
-	switch {
-	case a < b:
-		return -1
-	case a > b:
-		return 1
+func sortPauses(p []*v1alpha1.StagePause) {
+	slices.SortFunc(p, func(a, b *v1alpha1.StagePause) int { return strings.Compare(a.Name, b.Name) })
+}
+
+// updatePause enqueues the pause's Stages only when what covers them changed:
+// the operator's own status writes (stages, drained) would otherwise re-sync
+// every Stage of a project-wide pause each time.
+func (c *Controller) updatePause(oldObj, newObj any) {
+	o, ok1 := oldObj.(*v1alpha1.StagePause)
+	n, ok2 := newObj.(*v1alpha1.StagePause)
+	if ok1 && ok2 && o.ResourceVersion != n.ResourceVersion && o.Spec == n.Spec &&
+		(o.DeletionTimestamp == nil) == (n.DeletionTimestamp == nil) {
+		c.enqueuePauseStatus(cache.NewObjectName(n.Namespace, n.Name))
+		return
 	}
-	return 0
+	c.enqueuePause(newObj)
 }
 
 // enqueuePause enqueues the pause's own status sync and every Stage it covers.

@@ -123,8 +123,7 @@ func (c *Controller) priorRecord(stage *kargo.Stage, m *memo) latch.Record {
 	value := stage.Annotations[StateAnnotation]
 	r, err := latch.Decode(value)
 	if err != nil {
-		if m.badState != value {
-			m.badState = value
+		if warnOnce(&m.badState, value) {
 			c.warn(stage, ReasonInvalidState, "Ignoring the %s annotation and starting over from the Stage's status: %v", StateAnnotation, err)
 			c.cfg.Metrics.InvalidInput.WithLabelValues(stage.Namespace, stage.Name, "state").Inc()
 		}

@@ -12,14 +12,10 @@ import (
 // TransformStage is a cache.TransformFunc: it turns the unstructured Stages
 // of a dynamic informer into *Stage, dropping managedFields, foreign
 // annotations and every status field kargo-latch does not read.
-func TransformStage(obj any) (any, error) {
-	return transform(obj, stageFromMap)
-}
+var TransformStage = Transform(stageFromMap)
 
 // TransformPromotion is TransformStage for Promotions.
-func TransformPromotion(obj any) (any, error) {
-	return transform(obj, promotionFromMap)
-}
+var TransformPromotion = Transform(promotionFromMap)
 
 // StageFromUnstructured converts one Stage outside an informer.
 func StageFromUnstructured(u *unstructured.Unstructured) *Stage { return stageFromMap(u.Object) }
@@ -29,18 +25,22 @@ func PromotionFromUnstructured(u *unstructured.Unstructured) *Promotion {
 	return promotionFromMap(u.Object)
 }
 
-func transform[T any](obj any, from func(map[string]any) T) (any, error) {
-	switch o := obj.(type) {
-	case *unstructured.Unstructured:
-		return from(o.Object), nil
-	case cache.DeletedFinalStateUnknown:
-		if u, ok := o.Obj.(*unstructured.Unstructured); ok {
-			o.Obj = from(u.Object)
+// Transform makes a cache.TransformFunc that turns a dynamic informer's
+// unstructured objects, tombstones included, into the mirror from builds.
+func Transform[T any](from func(map[string]any) T) cache.TransformFunc {
+	return func(obj any) (any, error) {
+		switch o := obj.(type) {
+		case *unstructured.Unstructured:
+			return from(o.Object), nil
+		case cache.DeletedFinalStateUnknown:
+			if u, ok := o.Obj.(*unstructured.Unstructured); ok {
+				o.Obj = from(u.Object)
+			}
+			return o, nil
 		}
-		return o, nil
+		// Already transformed: transforms may see an object twice.
+		return obj, nil
 	}
-	// Already transformed: transforms may see an object twice.
-	return obj, nil
 }
 
 func metaFromMap(obj map[string]any, keep func(string) bool) metav1.ObjectMeta {
