@@ -81,7 +81,7 @@ func Start(ctx context.Context, opts Options) (_ *Cluster, err error) {
 			c.Stop()
 		}
 	}()
-	ports, err := freePorts(3)
+	ports, err := FreePorts(3)
 	if err != nil {
 		return nil, err
 	}
@@ -263,9 +263,7 @@ func containsState(stat []byte, state byte) bool {
 }
 
 // FreePorts returns n free loopback ports.
-func FreePorts(n int) ([]int, error) { return freePorts(n) }
-
-func freePorts(n int) ([]int, error) {
+func FreePorts(n int) ([]int, error) {
 	var ports []int
 	var listeners []net.Listener
 	defer func() {

@@ -327,10 +327,3 @@ func newUUID() string {
 	h := hex.EncodeToString(b)
 	return strings.Join([]string{h[:8], h[8:12], h[12:16], h[16:20], h[20:]}, "-")
 }
-
-// FinishPromotionErr is FinishPromotion(ctx, "Succeeded") for callers that
-// need only the error.
-func (s *Stage) FinishPromotionErr(ctx context.Context) error {
-	_, err := s.FinishPromotion(ctx, "Succeeded")
-	return err
-}

@@ -15,6 +15,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 
+	"github.com/kargo-latch/kargo-latch/kargo"
 	"github.com/kargo-latch/kargo-latch/test/cluster"
 	"github.com/kargo-latch/kargo-latch/test/driver"
 )
@@ -80,7 +81,7 @@ func run(m *testing.M) int {
 	return m.Run()
 }
 
-const kargoGroup = "kargo.akuity.io"
+var kargoGroup = kargo.GroupVersion.Group
 
 // installShipped applies the shipped base (the operator's ServiceAccount and
 // RBAC, the people's roles) and the pause gate, plus the test actors' own

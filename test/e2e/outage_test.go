@@ -80,8 +80,8 @@ func TestAPIServerOutage(t *testing.T) {
 			time.Sleep(100 * time.Millisecond)
 		}
 	}
-	longWait("the degraded Stage to be paused", func() bool { return pausedOn(degrading) })
-	longWait("the failed Stage to be paused", func() bool { return pausedOn(failing) })
+	longWait("the degraded Stage to be paused", func() bool { return paused(t, degrading) })
+	longWait("the failed Stage to be paused", func() bool { return paused(t, failing) })
 	t.Logf("converged %v after the API server came back from a 30s outage", time.Since(restarted).Round(time.Millisecond))
 	if op.exited() {
 		t.Fatal("the operator exited after the API server outage")
@@ -89,9 +89,4 @@ func TestAPIServerOutage(t *testing.T) {
 	if r := stageRecord(t, steady); r.Phase != latch.PhaseLatched {
 		t.Errorf("the steady Stage is %s after the outage, want Latched", r.Phase)
 	}
-}
-
-func pausedOn(s *driver.Stage) bool {
-	u, err := s.Get(context.Background())
-	return err == nil && u.GetLabels()["kargo-latch.io/paused"] == "true"
 }

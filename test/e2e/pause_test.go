@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"context"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -177,8 +178,8 @@ func TestDrainAbortsOnlyQueuedAutoPromotions(t *testing.T) {
 		return len(drained) > 0
 	})
 	want := []string{queuedAuto, queuedController}
-	if strings.Join(drained, ",") != strings.Join(sorted(want), ",") {
-		t.Errorf("drained %v, want exactly %v", drained, sorted(want))
+	if strings.Join(drained, ",") != strings.Join(slices.Sorted(slices.Values(want)), ",") {
+		t.Errorf("drained %v, want exactly %v", drained, slices.Sorted(slices.Values(want)))
 	}
 	for name, wantAbort := range map[string]bool{queuedAuto: true, queuedController: true, runningAuto: false, devQueued: false} {
 		u, err := env.dyn.Resource(kargo.PromotionsResource).Namespace(ns).Get(ctx, name, metav1.GetOptions{})
@@ -188,18 +189,6 @@ func TestDrainAbortsOnlyQueuedAutoPromotions(t *testing.T) {
 			t.Errorf("Promotion %s aborted = %v, want %v", name, aborted, wantAbort)
 		}
 	}
-}
-
-func sorted(s []string) []string {
-	out := append([]string(nil), s...)
-	for i := range out {
-		for j := i + 1; j < len(out); j++ {
-			if out[j] < out[i] {
-				out[i], out[j] = out[j], out[i]
-			}
-		}
-	}
-	return out
 }
 
 func TestProjectWidePause(t *testing.T) {

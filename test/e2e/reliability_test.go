@@ -1,7 +1,6 @@
 package e2e
 
 import (
-	"context"
 	"fmt"
 	"math/rand/v2"
 	"sync"
@@ -157,10 +156,11 @@ func reliabilityScenario(t *testing.T, ns, wideNS string, disrupted func() strin
 		}
 	}
 	play := func(i int, s *driver.Stage) {
-		must(t, s.FinishPromotionErr(ctx))
+		_, err := s.FinishPromotion(ctx, "Succeeded")
+		must(t, err)
 		must(t, s.SetHealth(ctx, kargo.HealthProgressing))
 		must(t, s.SetHealth(ctx, kargo.HealthHealthy))
-		slowWait(s.Name+" latched", func() bool { r, err := recordOf(s); return err == nil && r.Phase == latch.PhaseLatched })
+		slowWait(s.Name+" latched", func() bool { return stageRecord(t, s).Phase == latch.PhaseLatched })
 		switch i % kinds {
 		case kindFlapper:
 			for range 3 {
@@ -170,21 +170,19 @@ func reliabilityScenario(t *testing.T, ns, wideNS string, disrupted func() strin
 		case kindPromotionFails:
 			_, err := s.FinishPromotion(ctx, "Failed")
 			must(t, err)
-			slowWait(s.Name+" paused", func() bool { return pausedOn(s) })
+			slowWait(s.Name+" paused", func() bool { return paused(t, s) })
 		case kindDegrades:
 			must(t, s.SetHealth(ctx, kargo.HealthUnhealthy))
-			slowWait(s.Name+" paused", func() bool { return pausedOn(s) })
+			slowWait(s.Name+" paused", func() bool { return paused(t, s) })
 		case kindManualPause:
 			must(t, createPause(env.dev, pause(ns, s.Name+"-manual", s.Name, "Manual")))
-			slowWait(s.Name+" paused", func() bool { return pausedOn(s) })
+			slowWait(s.Name+" paused", func() bool { return paused(t, s) })
 		case kindResumed:
 			_, err := s.FinishPromotion(ctx, "Errored")
 			must(t, err)
-			slowWait(s.Name+" paused", func() bool { return pausedOn(s) })
-			r, err := recordOf(s)
-			must(t, err)
-			must(t, deletePause(env.lead, ns, r.Failure.Pause))
-			slowWait(s.Name+" resumed", func() bool { return !pausedOn(s) })
+			slowWait(s.Name+" paused", func() bool { return paused(t, s) })
+			must(t, deletePause(env.lead, ns, stageRecord(t, s).Failure.Pause))
+			slowWait(s.Name+" resumed", func() bool { return !paused(t, s) })
 		}
 	}
 
@@ -199,16 +197,17 @@ func reliabilityScenario(t *testing.T, ns, wideNS string, disrupted func() strin
 	}
 	wg.Go(func() {
 		for _, s := range wideStages {
-			must(t, s.FinishPromotionErr(ctx))
+			_, err := s.FinishPromotion(ctx, "Succeeded")
+			must(t, err)
 			must(t, s.SetHealth(ctx, kargo.HealthHealthy))
 		}
 		must(t, createPause(env.dev, pause(wideNS, "big-red-button", "*", "ProjectPause")))
 		for _, s := range wideStages {
-			slowWait(s.Name+" paused project-wide", func() bool { return pausedOn(s) })
+			slowWait(s.Name+" paused project-wide", func() bool { return paused(t, s) })
 		}
 		must(t, deletePause(env.lead, wideNS, "big-red-button"))
 		for _, s := range wideStages {
-			slowWait(s.Name+" resumed project-wide", func() bool { return !pausedOn(s) })
+			slowWait(s.Name+" resumed project-wide", func() bool { return !paused(t, s) })
 		}
 	})
 	for i := range stages {
@@ -227,15 +226,14 @@ func reliabilityScenario(t *testing.T, ns, wideNS string, disrupted func() strin
 	for i, s := range stages {
 		kind := i % kinds
 		want := oracle(kind)
-		got, err := recordOf(s)
-		must(t, err)
+		got := stageRecord(t, s)
 		if got.Phase != want.Phase || (want.Failure != nil) != (got.Failure != nil) ||
 			(want.Failure != nil && got.Failure.Reason != want.Failure.Reason) {
 			lostLatches++
 			t.Errorf("%s (kind %d): phase %s, failure %+v; the oracle says %s, %+v", s.Name, kind, got.Phase, got.Failure, want.Phase, want.Failure)
 		}
 		wantPaused := kind == kindPromotionFails || kind == kindDegrades || kind == kindManualPause
-		switch isPaused, pauses := pausedOn(s), pausesNaming(t, ns, s.Name); {
+		switch isPaused, pauses := paused(t, s), pausesNaming(t, ns, s.Name); {
 		case wantPaused && (!isPaused || pauses != 1):
 			lostPauses++
 			t.Errorf("%s (kind %d): paused %v with %d StagePauses, want paused by exactly 1", s.Name, kind, isPaused, pauses)
@@ -253,7 +251,7 @@ func reliabilityScenario(t *testing.T, ns, wideNS string, disrupted func() strin
 		}
 	}
 	for _, s := range wideStages {
-		if pausedOn(s) {
+		if paused(t, s) {
 			spurious++
 			t.Errorf("%s still paused after the project-wide resume", s.Name)
 		}
@@ -264,14 +262,6 @@ func reliabilityScenario(t *testing.T, ns, wideNS string, disrupted func() strin
 	}
 	t.Logf("%d Stages + %d under a project-wide pause, %s: %d lost latches, %d lost pauses, %d spurious pauses, %d wrong StagePaused Event counts",
 		n, wide, disruption, lostLatches, lostPauses, spurious, badEvents)
-}
-
-func recordOf(s *driver.Stage) (latch.Record, error) {
-	u, err := s.Get(context.Background())
-	if err != nil {
-		return latch.Record{}, err
-	}
-	return latch.Decode(u.GetAnnotations()[controller.StateAnnotation])
 }
 
 // pausesNaming counts the StagePauses whose spec names the Stage, however
