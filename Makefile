@@ -13,7 +13,7 @@ PROMTOOL      ?= promtool
 FUZZTIME      ?= 30s
 # The failure-injection tests of docs/reliability.md: SIGKILL loops, leader
 # loss, an API server outage, and the bad-input corpus.
-RELIABILITY   := TestReliabilityKillScenario|TestReliabilityLeaderLoss|TestMalformedKargoObjectsAreRefused|TestExactlyOncePauseAcrossKills|TestLeaderElection|TestAPIServerOutage|TestRestartKeepsLatch|TestBadInputIsReportedAndHarmless|TestPauseBadInput|TestPauseCreatedAndDeletedAtOnce|TestStageDeletedWhilePaused|TestHugeAnnotations
+RELIABILITY   := TestReliabilityKillScenario|TestReliabilityLeaderLoss|TestMalformedKargoObjectsAreRefused|TestExactlyOncePauseAcrossKills|TestLeaderElection|TestAPIServerOutage|TestReliabilityAPIServerOutage|TestRestartKeepsLatch|TestBadInputIsReportedAndHarmless|TestPauseBadInput|TestPauseCreatedAndDeletedAtOnce|TestStageDeletedWhilePaused|TestNamespaceDeletedMidScenario|TestHugeAnnotations
 
 .PHONY: all build test unit fuzz rules e2e test-reliability lint cluster demo bench generate clean
 
@@ -41,15 +41,22 @@ e2e: cluster
 test-reliability: cluster
 	$(GO) test -race -count=1 -timeout=20m -run '^($(RELIABILITY))$$' -v ./test/e2e | grep -E '^(=== RUN|--- |ok|FAIL|PASS)|_test.go:[0-9]+: '; exit $${PIPESTATUS[0]}
 
-## cluster: build kube-apiserver v1.37.2 and etcd v3.7.0 from Go modules
-## into bin/, only when missing.
-cluster: $(BIN)/kube-apiserver $(BIN)/etcd
+## cluster: build kube-apiserver and kube-controller-manager v1.37.2 and
+## etcd v3.7.0 from Go modules into bin/, only when missing.
+cluster: $(BIN)/kube-apiserver $(BIN)/kube-controller-manager $(BIN)/etcd
 
 $(BIN)/kube-apiserver:
 	@echo ">> Building kube-apiserver v1.37.2 from Go modules into bin/ (first run only; about 4-8 minutes on 2 cores)..."
 	cd test/tools && $(GO) build -v -o $(BIN)/kube-apiserver k8s.io/kubernetes/cmd/kube-apiserver 2>&1 | \
 		awk '{ n++; if (n % 100 == 0) printf("   ... %d packages compiled\n", n); fflush() } END { printf("   ... done (%d packages)\n", n) }'
 	@test -x $@ || (echo "building kube-apiserver failed; run: cd test/tools && go build k8s.io/kubernetes/cmd/kube-apiserver" && exit 1)
+
+# Built after kube-apiserver, whose compiled packages it mostly shares.
+$(BIN)/kube-controller-manager: $(BIN)/kube-apiserver
+	@echo ">> Building kube-controller-manager v1.37.2 from Go modules into bin/ (first run only; about 1-3 minutes after kube-apiserver)..."
+	cd test/tools && $(GO) build -v -o $(BIN)/kube-controller-manager k8s.io/kubernetes/cmd/kube-controller-manager 2>&1 | \
+		awk '{ n++; if (n % 100 == 0) printf("   ... %d packages compiled\n", n); fflush() } END { printf("   ... done (%d packages)\n", n) }'
+	@test -x $@ || (echo "building kube-controller-manager failed; run: cd test/tools && go build k8s.io/kubernetes/cmd/kube-controller-manager" && exit 1)
 
 $(BIN)/etcd:
 	@echo ">> Building etcd v3.7.0 from Go modules into bin/ (first run only; under a minute)..."

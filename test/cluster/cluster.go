@@ -42,8 +42,8 @@ type Cluster struct {
 	// project's minimal stand-ins.
 	CRDSource string
 
-	etcd, apiserver *exec.Cmd
-	apiserverArgs   []string
+	etcd, apiserver, controllerManager *exec.Cmd
+	apiserverArgs                      []string
 }
 
 // Options tune Start.
@@ -53,6 +53,10 @@ type Options struct {
 	Tokens []string
 	// Log receives progress lines (e.g. for the demo); nil for none.
 	Log func(format string, args ...any)
+	// ControllerManager also runs kube-controller-manager with the
+	// namespace and garbage-collector controllers, so deleting a namespace
+	// empties it and ownerReferences are honoured, as in a real cluster.
+	ControllerManager bool
 }
 
 // Start runs etcd and kube-apiserver and waits until the apiserver is ready
@@ -66,7 +70,11 @@ func Start(ctx context.Context, opts Options) (_ *Cluster, err error) {
 	if err != nil {
 		return nil, err
 	}
-	for _, bin := range []string{"etcd", "kube-apiserver"} {
+	bins := []string{"etcd", "kube-apiserver"}
+	if opts.ControllerManager {
+		bins = append(bins, "kube-controller-manager")
+	}
+	for _, bin := range bins {
 		if _, err := os.Stat(filepath.Join(root, "bin", bin)); err != nil {
 			return nil, fmt.Errorf("bin/%s is missing: run `make cluster` first (it builds the test cluster from Go modules)", bin)
 		}
@@ -133,12 +141,18 @@ func Start(ctx context.Context, opts Options) (_ *Cluster, err error) {
 		return nil, err
 	}
 	say("CRDs established (%s)", c.CRDSource)
+	if opts.ControllerManager {
+		say("starting kube-controller-manager (namespace and garbage-collector controllers)")
+		if err := c.startControllerManager(); err != nil {
+			return nil, err
+		}
+	}
 	return c, nil
 }
 
 // Stop kills the processes and removes the cluster's directory.
 func (c *Cluster) Stop() {
-	for _, p := range []*exec.Cmd{c.apiserver, c.etcd} {
+	for _, p := range []*exec.Cmd{c.controllerManager, c.apiserver, c.etcd} {
 		if p != nil && p.Process != nil {
 			_ = p.Process.Kill()
 			_ = p.Wait()
@@ -191,7 +205,8 @@ func (c *Cluster) start(name string, args ...string) (*exec.Cmd, error) {
 }
 
 func (c *Cluster) writeAuthFiles(tokens []string) error {
-	lines := AdminToken + ",admin,admin,\"system:masters\"\n"
+	lines := AdminToken + ",admin,admin,\"system:masters\"\n" +
+		controllerManagerToken + "," + controllerManagerUser + "," + controllerManagerUser + ",\n"
 	for _, t := range tokens {
 		lines += t + "\n"
 	}

@@ -35,11 +35,11 @@ func runCLI(t *testing.T, cfg *rest.Config, args ...string) (stdout, stderr stri
 
 func TestCLI(t *testing.T) {
 	t.Parallel()
-	ns := newProject(t)
+	ns := env.newProject(t)
 	startOperator(t, ns, fastSettings())
-	latched := createStage(t, ns, "latched", nil)
-	degraded := createStage(t, ns, "degraded", nil)
-	pausedStage := createStage(t, ns, "paused", nil)
+	latched := env.createStage(t, ns, "latched", nil)
+	degraded := env.createStage(t, ns, "degraded", nil)
+	pausedStage := env.createStage(t, ns, "paused", nil)
 	for _, s := range []*driver.Stage{latched, degraded, pausedStage} {
 		promoteAndLatch(t, s)
 	}

@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"context"
+	"slices"
 	"strings"
 	"testing"
 
@@ -9,6 +10,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 
+	"github.com/kargo-latch/kargo-latch/controller"
 	"github.com/kargo-latch/kargo-latch/kargo"
 	"github.com/kargo-latch/kargo-latch/latch"
 )
@@ -17,15 +19,15 @@ import (
 // the operator saw of it.
 func TestPauseCreatedAndDeletedAtOnce(t *testing.T) {
 	t.Parallel()
-	ns := newProject(t)
+	ns := env.newProject(t)
 	startOperator(t, ns, fastSettings())
-	s := createStage(t, ns, "prod", nil)
+	s := env.createStage(t, ns, "prod", nil)
 	promoteAndLatch(t, s)
 	for range 5 {
 		must(t, createPause(env.dev, pause(ns, "blink", "prod", "Manual")))
 		must(t, deletePause(env.lead, ns, "blink"))
 	}
-	other := createStage(t, ns, "qa", nil)
+	other := env.createStage(t, ns, "qa", nil)
 	promoteAndLatch(t, other) // the operator keeps serving
 	settle()
 	if paused(t, s) {
@@ -36,31 +38,41 @@ func TestPauseCreatedAndDeletedAtOnce(t *testing.T) {
 	}
 }
 
-// Deleting a paused Stage removes its series; the person's pause stays and
-// pauses the Stage again if it comes back under the same name.
+// Deleting a paused Stage removes its series, and the garbage collector
+// removes the pause its failure made (the pause's ownerReference). The
+// person's pause stays, and pauses the Stage again if it comes back under
+// the same name.
 func TestStageDeletedWhilePaused(t *testing.T) {
 	t.Parallel()
-	ns := newProject(t)
+	ns := env.newProject(t)
 	op := startOperator(t, ns, fastSettings())
-	s := createStage(t, ns, "prod", nil)
+	s := env.createStage(t, ns, "prod", map[string]string{controller.PauseOnFailureAnnotation: "true"})
 	promoteAndLatch(t, s)
 	must(t, createPause(env.dev, pause(ns, "hold", "prod", "Manual")))
-	waitPaused(t, s, true)
-	if got := op.metric("kargo_latch_stage_paused", "stage", "prod"); got != 1 {
-		t.Fatalf("kargo_latch_stage_paused = %v, want 1", got)
-	}
+	_, err := s.FinishPromotion(ctx, "Failed")
+	must(t, err)
+	waitFor(t, "the failure's pause to be in force", func() bool {
+		return len(stageRecord(t, s).Pauses) == 2 && op.metric("kargo_latch_stage_paused", "stage", "prod") == 1
+	})
 
 	must(t, env.dyn.Resource(kargo.StagesResource).Namespace(ns).Delete(context.Background(), "prod", metav1.DeleteOptions{}))
 	waitFor(t, "the deleted Stage's series to go", func() bool {
 		return op.metric("kargo_latch_stage_paused", "stage", "prod") == 0 &&
 			op.metric("kargo_latch_stage_phase", "stage", "prod") == 0
 	})
-	waitFor(t, "the pause to report its Stage missing", func() bool {
+	waitFor(t, "the garbage collector to delete the failure's pause", func() bool {
+		left := env.listPauses(t, ns)
+		return len(left) == 1 && left[0].GetName() == "hold"
+	})
+	waitFor(t, "the person's pause to report its Stage missing", func() bool {
 		return pauseCondition(t, ns, "hold") == "False/StageNotFound"
 	})
 
-	again := createStage(t, ns, "prod", nil)
+	again := env.createStage(t, ns, "prod", nil)
 	waitPaused(t, again, true)
+	if r := stageRecord(t, again); !slices.Equal(r.Pauses, []string{"hold"}) {
+		t.Errorf("the new Stage's record names pauses %v, want only [hold]", r.Pauses)
+	}
 }
 
 // Annotations beyond the API server's 256 KB limit are refused before the
@@ -68,13 +80,13 @@ func TestStageDeletedWhilePaused(t *testing.T) {
 // from the operator's cache and change nothing.
 func TestHugeAnnotations(t *testing.T) {
 	t.Parallel()
-	ns := newProject(t)
+	ns := env.newProject(t)
 	startOperator(t, ns, fastSettings())
 	_, err := env.kargo.CreateStage(ctx, ns, "huge", map[string]string{"example.com/blob": strings.Repeat("x", 1<<20)})
 	if !apierrors.IsInvalid(err) {
 		t.Errorf("a Stage with 1 MB of annotations: %v, want Invalid from the API server", err)
 	}
-	big := createStage(t, ns, "big", map[string]string{"example.com/blob": strings.Repeat("x", 200<<10)})
+	big := env.createStage(t, ns, "big", map[string]string{"example.com/blob": strings.Repeat("x", 200<<10)})
 	promoteAndLatch(t, big)
 }
 
@@ -86,7 +98,7 @@ func TestMalformedKargoObjectsAreRefused(t *testing.T) {
 	if !strings.Contains(env.cluster.CRDSource, "real") {
 		t.Skip("needs Kargo's real CRDs (../shared/kargo-crds); the stand-in CRDs validate nothing")
 	}
-	ns := newProject(t)
+	ns := env.newProject(t)
 	noSpec := &unstructured.Unstructured{Object: map[string]any{
 		"apiVersion": kargo.GroupVersion.String(), "kind": "Stage", "metadata": map[string]any{"name": "bare", "namespace": ns},
 	}}

@@ -24,14 +24,14 @@ import (
 // person deleted is never made again.
 func TestExactlyOncePauseAcrossKills(t *testing.T) {
 	t.Parallel()
-	ns := newProject(t)
+	ns := env.newProject(t)
 	op := newProcess(t, "--namespace", ns, "--degraded-grace", "1s", "--latch-deadline", "1m", "-v", "2")
 	op.start()
 
 	const n = 8
 	stages := make([]*driver.Stage, n)
 	for i := range stages {
-		stages[i] = createStage(t, ns, fmt.Sprintf("s%d", i), map[string]string{controller.PauseOnFailureAnnotation: "true"})
+		stages[i] = env.createStage(t, ns, fmt.Sprintf("s%d", i), map[string]string{controller.PauseOnFailureAnnotation: "true"})
 	}
 
 	stop := make(chan struct{})
@@ -83,7 +83,7 @@ func TestExactlyOncePauseAcrossKills(t *testing.T) {
 		if got := pausesFor(t, ns, s.Name); got != 1 {
 			t.Errorf("%s: %d StagePauses, want exactly 1", s.Name, got)
 		}
-		if got := eventCount(t, s, controller.ReasonStagePaused); got != 1 {
+		if got := env.eventCount(t, s, controller.ReasonStagePaused); got != 1 {
 			t.Errorf("%s: %d StagePaused Events, want exactly 1", s.Name, got)
 		}
 	}

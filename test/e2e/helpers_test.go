@@ -35,20 +35,20 @@ func must(t *testing.T, err error) {
 }
 
 // newProject creates a namespace of its own for one test.
-func newProject(t *testing.T) string {
+func (w *world) newProject(t *testing.T) string {
 	t.Helper()
 	name := strings.ToLower(regexp.MustCompile(`[^a-zA-Z0-9]+`).ReplaceAllString(t.Name(), "-"))
 	b := make([]byte, 3)
 	_, _ = rand.Read(b)
 	name = strings.Trim(name[:min(len(name), 50)], "-") + "-" + hex.EncodeToString(b)
-	_, err := env.kube.CoreV1().Namespaces().Create(context.Background(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name}}, metav1.CreateOptions{})
+	_, err := w.kube.CoreV1().Namespaces().Create(context.Background(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name}}, metav1.CreateOptions{})
 	must(t, err)
 	return name
 }
 
-func createStage(t *testing.T, ns, name string, annotations map[string]string) *driver.Stage {
+func (w *world) createStage(t *testing.T, ns, name string, annotations map[string]string) *driver.Stage {
 	t.Helper()
-	s, err := env.kargo.CreateStage(context.Background(), ns, name, annotations)
+	s, err := w.kargo.CreateStage(context.Background(), ns, name, annotations)
 	must(t, err)
 	return s
 }
@@ -173,9 +173,9 @@ func waitPhase(t *testing.T, s *driver.Stage, phase latch.Phase) latch.Record {
 }
 
 // stageEvents lists the Events about one Stage, by reason.
-func stageEvents(t *testing.T, s *driver.Stage) map[string][]corev1.Event {
+func (w *world) stageEvents(t *testing.T, s *driver.Stage) map[string][]corev1.Event {
 	t.Helper()
-	list, err := env.kube.CoreV1().Events(s.Namespace).List(context.Background(), metav1.ListOptions{
+	list, err := w.kube.CoreV1().Events(s.Namespace).List(context.Background(), metav1.ListOptions{
 		FieldSelector: "involvedObject.name=" + s.Name + ",involvedObject.kind=Stage",
 	})
 	must(t, err)
@@ -188,10 +188,10 @@ func stageEvents(t *testing.T, s *driver.Stage) map[string][]corev1.Event {
 
 // eventCount counts Events of a reason, including repeats the recorder
 // folded into one Event's count.
-func eventCount(t *testing.T, s *driver.Stage, reason string) int {
+func (w *world) eventCount(t *testing.T, s *driver.Stage, reason string) int {
 	t.Helper()
 	n := 0
-	for _, e := range stageEvents(t, s)[reason] {
+	for _, e := range w.stageEvents(t, s)[reason] {
 		n += max(1, int(e.Count))
 	}
 	return n
@@ -201,7 +201,7 @@ func waitEvent(t *testing.T, s *driver.Stage, reason string) corev1.Event {
 	t.Helper()
 	var ev corev1.Event
 	waitFor(t, "a "+reason+" Event on "+s.Name, func() bool {
-		evs := stageEvents(t, s)[reason]
+		evs := env.stageEvents(t, s)[reason]
 		if len(evs) > 0 {
 			ev = evs[0]
 		}

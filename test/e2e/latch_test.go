@@ -42,9 +42,9 @@ func finishedAt(t *testing.T, s *driver.Stage) time.Time {
 
 func TestLatchIgnoresProgressingFlapsWithoutWriting(t *testing.T) {
 	t.Parallel()
-	ns := newProject(t)
+	ns := env.newProject(t)
 	op := startOperator(t, ns, fastSettings())
-	s := createStage(t, ns, "prod", nil)
+	s := env.createStage(t, ns, "prod", nil)
 
 	r := promoteAndLatch(t, s)
 	v := r.Verification
@@ -86,7 +86,7 @@ func TestLatchIgnoresProgressingFlapsWithoutWriting(t *testing.T) {
 	if got := stageRecord(t, s).Phase; got != latch.PhaseLatched {
 		t.Errorf("phase after the flaps = %s, want Latched", got)
 	}
-	if n := eventCount(t, s, controller.ReasonHealthLatched); n != 1 {
+	if n := env.eventCount(t, s, controller.ReasonHealthLatched); n != 1 {
 		t.Errorf("%d HealthLatched Events, want 1", n)
 	}
 	t.Logf("ignored flaps counted: %v of 10 turns to Progressing", op.metric("kargo_latch_progressing_ignored_total"))
@@ -94,9 +94,9 @@ func TestLatchIgnoresProgressingFlapsWithoutWriting(t *testing.T) {
 
 func TestDegradedPastGraceFails(t *testing.T) {
 	t.Parallel()
-	ns := newProject(t)
+	ns := env.newProject(t)
 	startOperator(t, ns, fastSettings())
-	s := createStage(t, ns, "prod", map[string]string{controller.DegradedGraceAnnotation: "2s"})
+	s := env.createStage(t, ns, "prod", map[string]string{controller.DegradedGraceAnnotation: "2s"})
 	promoteAndLatch(t, s)
 
 	must(t, s.SetHealth(ctx, kargo.HealthUnhealthy, `Argo CD Application "app" in namespace "argocd" has health state "Degraded"`))
@@ -119,9 +119,9 @@ func TestDegradedPastGraceFails(t *testing.T) {
 
 func TestShortDegradationRecovers(t *testing.T) {
 	t.Parallel()
-	ns := newProject(t)
+	ns := env.newProject(t)
 	startOperator(t, ns, fastSettings())
-	s := createStage(t, ns, "prod", map[string]string{controller.DegradedGraceAnnotation: "5s"})
+	s := env.createStage(t, ns, "prod", map[string]string{controller.DegradedGraceAnnotation: "5s"})
 	promoteAndLatch(t, s)
 
 	must(t, s.SetHealth(ctx, kargo.HealthUnhealthy))
@@ -136,16 +136,16 @@ func TestShortDegradationRecovers(t *testing.T) {
 	if got := stageRecord(t, s).Phase; got != latch.PhaseLatched {
 		t.Errorf("phase after the grace = %s, want Latched", got)
 	}
-	if n := eventCount(t, s, controller.ReasonLatchFailed); n != 0 {
+	if n := env.eventCount(t, s, controller.ReasonLatchFailed); n != 0 {
 		t.Errorf("%d LatchFailed Events, want none", n)
 	}
 }
 
 func TestNeverHealthyPastDeadlineFails(t *testing.T) {
 	t.Parallel()
-	ns := newProject(t)
+	ns := env.newProject(t)
 	startOperator(t, ns, fastSettings())
-	s := createStage(t, ns, "prod", map[string]string{controller.LatchDeadlineAnnotation: "2s"})
+	s := env.createStage(t, ns, "prod", map[string]string{controller.LatchDeadlineAnnotation: "2s"})
 	_, err := s.FinishPromotion(ctx, "Succeeded")
 	must(t, err)
 	must(t, s.SetHealth(ctx, kargo.HealthProgressing))
@@ -161,11 +161,11 @@ func TestNeverHealthyPastDeadlineFails(t *testing.T) {
 
 func TestVerificationFailureFails(t *testing.T) {
 	t.Parallel()
-	ns := newProject(t)
+	ns := env.newProject(t)
 	startOperator(t, ns, fastSettings())
-	failing := createStage(t, ns, "failing", nil)
-	aborted := createStage(t, ns, "aborted", nil)
-	erroring := createStage(t, ns, "erroring", nil)
+	failing := env.createStage(t, ns, "failing", nil)
+	aborted := env.createStage(t, ns, "aborted", nil)
+	erroring := env.createStage(t, ns, "erroring", nil)
 	for _, s := range []*driver.Stage{failing, aborted, erroring} {
 		promoteAndLatch(t, s)
 	}
@@ -194,13 +194,13 @@ func TestVerificationFailureFails(t *testing.T) {
 
 func TestPromotionFailures(t *testing.T) {
 	t.Parallel()
-	ns := newProject(t)
+	ns := env.newProject(t)
 	startOperator(t, ns, fastSettings())
 	for phase, want := range map[string]latch.FailureReason{
 		"Failed":  latch.ReasonPromotionFailed,
 		"Errored": latch.ReasonPromotionErrored,
 	} {
-		s := createStage(t, ns, strings.ToLower(phase), nil)
+		s := env.createStage(t, ns, strings.ToLower(phase), nil)
 		promoteAndLatch(t, s)
 		_, err := s.StartPromotion(ctx)
 		must(t, err)
@@ -218,9 +218,9 @@ func TestPromotionFailures(t *testing.T) {
 // aborted one, a new cycle starts.
 func TestAbortedPromotionKeepsLatchAndReplayStartsCycle(t *testing.T) {
 	t.Parallel()
-	ns := newProject(t)
+	ns := env.newProject(t)
 	startOperator(t, ns, fastSettings())
-	s := createStage(t, ns, "prod", map[string]string{controller.DegradedGraceAnnotation: "1s"})
+	s := env.createStage(t, ns, "prod", map[string]string{controller.DegradedGraceAnnotation: "1s"})
 	latched := promoteAndLatch(t, s)
 
 	aborted, err := s.FinishPromotion(ctx, "Aborted")
@@ -251,9 +251,9 @@ func TestAbortedPromotionKeepsLatchAndReplayStartsCycle(t *testing.T) {
 
 func TestRestartKeepsLatch(t *testing.T) {
 	t.Parallel()
-	ns := newProject(t)
+	ns := env.newProject(t)
 	first := startOperator(t, ns, fastSettings())
-	s := createStage(t, ns, "prod", nil)
+	s := env.createStage(t, ns, "prod", nil)
 	promoteAndLatch(t, s)
 	waitEvent(t, s, controller.ReasonHealthLatched)
 	first.stop()
@@ -272,21 +272,21 @@ func TestRestartKeepsLatch(t *testing.T) {
 	if n := second.patches.Load(); n != 0 {
 		t.Errorf("the restarted operator patched the Stage %d times, want 0", n)
 	}
-	if n := eventCount(t, s, controller.ReasonHealthLatched); n != 1 {
+	if n := env.eventCount(t, s, controller.ReasonHealthLatched); n != 1 {
 		t.Errorf("%d HealthLatched Events after restart, want 1", n)
 	}
 }
 
 func TestBadInputIsReportedAndHarmless(t *testing.T) {
 	t.Parallel()
-	ns := newProject(t)
+	ns := env.newProject(t)
 	op := startOperator(t, ns, latch.Settings{LatchDeadline: time.Minute, DegradedGrace: 2 * time.Second, PauseOnFailure: true})
 
-	garbage := createStage(t, ns, "garbage", map[string]string{controller.StateAnnotation: `{"phase":"Latched",`})
-	soon := createStage(t, ns, "soon", map[string]string{controller.LatchDeadlineAnnotation: "soon", controller.PauseOnFailureAnnotation: "maybe"})
-	purple := createStage(t, ns, "purple", nil)
-	bare := createStage(t, ns, "bare", nil)
-	healthy := createStage(t, ns, "healthy", nil)
+	garbage := env.createStage(t, ns, "garbage", map[string]string{controller.StateAnnotation: `{"phase":"Latched",`})
+	soon := env.createStage(t, ns, "soon", map[string]string{controller.LatchDeadlineAnnotation: "soon", controller.PauseOnFailureAnnotation: "maybe"})
+	purple := env.createStage(t, ns, "purple", nil)
+	bare := env.createStage(t, ns, "bare", nil)
+	healthy := env.createStage(t, ns, "healthy", nil)
 
 	// Garbage record on a Stage whose promotion finished an hour's worth of
 	// deadlines ago: a fresh start must not fail it.

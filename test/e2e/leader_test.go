@@ -14,14 +14,14 @@ import (
 // Lease's timings, and failures around the handover pause exactly once.
 func TestLeaderElection(t *testing.T) {
 	t.Parallel()
-	ns := newProject(t)
+	ns := env.newProject(t)
 	args := []string{"--leader-elect", "--leader-election-namespace", "kargo-latch", "--leader-election-id", "e2e-" + ns, "--pause-on-failure"}
 	a, aURL := startMetricsProcess(t, ns, args...)
 	time.Sleep(500 * time.Millisecond) // let a win the first election
 	b, bURL := startMetricsProcess(t, ns, args...)
 
-	before := createStage(t, ns, "before", nil)
-	during := createStage(t, ns, "during", nil)
+	before := env.createStage(t, ns, "before", nil)
+	during := env.createStage(t, ns, "during", nil)
 	promoteAndLatch(t, before)
 	promoteAndLatch(t, during)
 
@@ -63,7 +63,7 @@ func TestLeaderElection(t *testing.T) {
 		}
 	}
 	for _, s := range []*driver.Stage{before, during} {
-		if n := eventCount(t, s, controller.ReasonStagePaused); n != 1 {
+		if n := env.eventCount(t, s, controller.ReasonStagePaused); n != 1 {
 			t.Errorf("%s: %d StagePaused Events across the failover, want 1", s.Name, n)
 		}
 	}

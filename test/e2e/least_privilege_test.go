@@ -23,7 +23,7 @@ var projectConfigs = kargo.GroupVersion.WithResource("projectconfigs")
 // changed it, nor any Kargo status, nor resumed by itself.
 func TestNeverWritesProjectConfigOrEnablesAutoPromotion(t *testing.T) {
 	t.Parallel()
-	ns := newProject(t)
+	ns := env.newProject(t)
 	pc := &unstructured.Unstructured{Object: map[string]any{
 		"apiVersion": kargo.GroupVersion.String(), "kind": "ProjectConfig",
 		"metadata": map[string]any{"name": ns, "namespace": ns},
@@ -35,7 +35,7 @@ func TestNeverWritesProjectConfigOrEnablesAutoPromotion(t *testing.T) {
 	must(t, err)
 
 	startOperator(t, ns, latch.Settings{LatchDeadline: time.Minute, DegradedGrace: time.Minute, PauseOnFailure: true, DrainOnPause: true})
-	s := createStage(t, ns, "prod", nil)
+	s := env.createStage(t, ns, "prod", nil)
 	promoteAndLatch(t, s)
 	must(t, autoPromote(ns, "prod"))
 	_, err = s.FinishPromotion(ctx, "Errored")

@@ -7,6 +7,7 @@ package e2e
 import (
 	"context"
 	"fmt"
+	"net/http"
 	"os"
 	"path/filepath"
 	"testing"
@@ -31,7 +32,8 @@ const (
 	kargoCtlToken = "kargo-ctl-token" // Kargo's controller ServiceAccount, as the gate knows it
 )
 
-var env struct {
+// world is one test cluster with the people and programs that act on it.
+type world struct {
 	cluster *cluster.Cluster
 	dyn     dynamic.Interface
 	kube    kubernetes.Interface
@@ -42,43 +44,70 @@ var env struct {
 	operator *rest.Config
 }
 
+// env is the cluster most tests share.
+var env *world
+
 func TestMain(m *testing.M) {
 	os.Exit(run(m))
 }
 
 func run(m *testing.M) int {
-	ctx := context.Background()
 	// No skipping: without the test cluster these tests must fail, so that
 	// CI can never pass without proving the operator on a real apiserver.
-	c, err := cluster.Start(ctx, cluster.Options{Tokens: []string{
-		devToken + ",dev,dev,",
-		leadToken + ",lead,lead,",
-		resumerToken + ",resumer,resumer,",
-		kargoCtlToken + ",system:serviceaccount:kargo:kargo-controller,kargo-controller,\"system:serviceaccounts,system:serviceaccounts:kargo\"",
-	}})
+	// kube-controller-manager runs too, so that ownerReferences and
+	// namespace deletion behave as in a real cluster.
+	w, err := newWorld(context.Background(), cluster.Options{ControllerManager: true}, nil)
 	if err != nil {
-		fmt.Fprintln(os.Stderr, "e2e: cannot start the test cluster:", err)
+		fmt.Fprintln(os.Stderr, "e2e:", err)
 		return 1
 	}
-	defer c.Stop()
-	fmt.Fprintln(os.Stderr, "e2e: using", c.CRDSource)
-	env.cluster = c
-	env.dyn = dynamic.NewForConfigOrDie(c.Config)
-	env.kube = kubernetes.NewForConfigOrDie(c.Config)
-	env.kargo = driver.New(env.dyn)
-	env.dev = dynamic.NewForConfigOrDie(c.UserConfig(devToken))
-	env.lead = dynamic.NewForConfigOrDie(c.UserConfig(leadToken))
-	env.resumer = dynamic.NewForConfigOrDie(c.UserConfig(resumerToken))
-	env.kargoCtl = dynamic.NewForConfigOrDie(c.UserConfig(kargoCtlToken))
-	if err := installShipped(ctx, c); err != nil {
-		fmt.Fprintln(os.Stderr, "e2e: installing the shipped manifests:", err)
-		return 1
-	}
-	if env.operator, err = c.ServiceAccountConfig(ctx, "kargo-latch", "kargo-latch"); err != nil {
-		fmt.Fprintln(os.Stderr, "e2e: operator token:", err)
-		return 1
-	}
+	defer w.cluster.Stop()
+	fmt.Fprintln(os.Stderr, "e2e: using", w.cluster.CRDSource)
+	env = w
 	return m.Run()
+}
+
+// newWorld starts a cluster with the tests' people as token users and the
+// shipped manifests installed. wrap, when not nil, wraps the transport of
+// the people's and Kargo's clients (never the operator's).
+func newWorld(ctx context.Context, opts cluster.Options, wrap func(http.RoundTripper) http.RoundTripper) (_ *world, err error) {
+	opts.Tokens = append(opts.Tokens,
+		devToken+",dev,dev,",
+		leadToken+",lead,lead,",
+		resumerToken+",resumer,resumer,",
+		kargoCtlToken+",system:serviceaccount:kargo:kargo-controller,kargo-controller,\"system:serviceaccounts,system:serviceaccounts:kargo\"",
+	)
+	c, err := cluster.Start(ctx, opts)
+	if err != nil {
+		return nil, fmt.Errorf("cannot start the test cluster: %w", err)
+	}
+	defer func() {
+		if err != nil {
+			c.Stop()
+		}
+	}()
+	as := func(cfg *rest.Config) *rest.Config {
+		cfg = rest.CopyConfig(cfg)
+		cfg.WrapTransport = wrap
+		return cfg
+	}
+	w := &world{
+		cluster:  c,
+		dyn:      dynamic.NewForConfigOrDie(as(c.Config)),
+		kube:     kubernetes.NewForConfigOrDie(as(c.Config)),
+		dev:      dynamic.NewForConfigOrDie(as(c.UserConfig(devToken))),
+		lead:     dynamic.NewForConfigOrDie(as(c.UserConfig(leadToken))),
+		resumer:  dynamic.NewForConfigOrDie(as(c.UserConfig(resumerToken))),
+		kargoCtl: dynamic.NewForConfigOrDie(as(c.UserConfig(kargoCtlToken))),
+	}
+	w.kargo = driver.New(w.dyn)
+	if err := installShipped(ctx, c); err != nil {
+		return nil, fmt.Errorf("installing the shipped manifests: %w", err)
+	}
+	if w.operator, err = c.ServiceAccountConfig(ctx, "kargo-latch", "kargo-latch"); err != nil {
+		return nil, fmt.Errorf("operator token: %w", err)
+	}
+	return w, nil
 }
 
 var kargoGroup = kargo.GroupVersion.Group

@@ -16,10 +16,10 @@ import (
 // reconciles, every latch is observed, and a deleted Stage leaves no series.
 func TestMetricsOverAScenario(t *testing.T) {
 	t.Parallel()
-	ns := newProject(t)
+	ns := env.newProject(t)
 	url := metricsProcess(t, ns, "--degraded-grace", "1h")
-	prod := createStage(t, ns, "prod", nil)
-	qa := createStage(t, ns, "qa", nil)
+	prod := env.createStage(t, ns, "prod", nil)
+	qa := env.createStage(t, ns, "qa", nil)
 	stageSel := func(s string) map[string]string { return map[string]string{"project": ns, "stage": s} }
 
 	oneHot := func(stage string, want latch.Phase) {

@@ -3,15 +3,12 @@ package e2e
 import (
 	"context"
 	"fmt"
+	"io"
 	"net/http"
 	"strconv"
+	"sync"
 	"testing"
 	"time"
-
-	corev1 "k8s.io/api/core/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/dynamic"
-	"k8s.io/client-go/kubernetes"
 
 	"github.com/kargo-latch/kargo-latch/kargo"
 	"github.com/kargo-latch/kargo-latch/latch"
@@ -19,41 +16,22 @@ import (
 	"github.com/kargo-latch/kargo-latch/test/driver"
 )
 
-// TestAPIServerOutage stops kube-apiserver for 30 s in the middle of a
-// scenario, on a cluster of its own, and starts it again on the same etcd
-// data. The operator (with leader election) must not exit, and must
-// converge: a degradation whose grace ran out during the outage pauses, and
-// a failure made just before the outage pauses.
+// The outage of these tests: kube-apiserver is stopped for 30 s, on a
+// cluster of the test's own, and started again on the same etcd data.
+const outage = 30 * time.Second
+
+// TestAPIServerOutage: the operator (with leader election) must not exit,
+// and must converge: a degradation whose grace ran out during the outage
+// pauses, and a failure made just before the outage pauses.
 func TestAPIServerOutage(t *testing.T) {
 	t.Parallel()
-	c, err := cluster.Start(ctx, cluster.Options{})
+	w, err := newWorld(ctx, cluster.Options{}, nil)
 	must(t, err)
-	t.Cleanup(c.Stop)
-	must(t, installShipped(ctx, c))
-	operatorCfg, err := c.ServiceAccountConfig(ctx, "kargo-latch", "kargo-latch")
-	must(t, err)
-	kube := kubernetes.NewForConfigOrDie(c.Config)
-	const ns = "outage"
-	_, err = kube.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{})
-	must(t, err)
+	t.Cleanup(w.cluster.Stop)
+	ns := w.newProject(t)
+	op := startOutageOperator(t, w, "--namespace", ns, "--degraded-grace", "5s", "--pause-on-failure", "--metrics-bind-address", "0")
 
-	probe := freePort(t)
-	op := newProcessAs(t, operatorCfg, "--namespace", ns, "--leader-elect", "--leader-election-namespace", "kargo-latch",
-		"--pause-on-failure", "--degraded-grace", "5s", "--metrics-bind-address", "0",
-		"--health-probe-bind-address", "127.0.0.1:"+strconv.Itoa(probe))
-	op.start()
-	waitFor(t, "the operator to be ready", func() bool {
-		code, _, err := httpGet(fmt.Sprintf("http://127.0.0.1:%d/readyz", probe))
-		return err == nil && code == http.StatusOK
-	})
-
-	k := driver.New(dynamic.NewForConfigOrDie(c.Config))
-	stage := func(name string) *driver.Stage {
-		s, err := k.CreateStage(ctx, ns, name, nil)
-		must(t, err)
-		return s
-	}
-	degrading, failing, steady := stage("degrading"), stage("failing"), stage("steady")
+	degrading, failing, steady := w.createStage(t, ns, "degrading", nil), w.createStage(t, ns, "failing", nil), w.createStage(t, ns, "steady", nil)
 	for _, s := range []*driver.Stage{degrading, failing, steady} {
 		promoteAndLatch(t, s)
 	}
@@ -62,31 +40,99 @@ func TestAPIServerOutage(t *testing.T) {
 	_, err = failing.FinishPromotion(ctx, "Failed")
 	must(t, err)
 
-	c.StopAPIServer()
-	time.Sleep(30 * time.Second)
+	w.cluster.StopAPIServer()
+	time.Sleep(outage)
 	if op.exited() {
 		t.Fatal("the operator exited during the API server outage")
 	}
 	restarted := time.Now()
-	must(t, c.StartAPIServer(context.Background()))
+	must(t, w.cluster.StartAPIServer(context.Background()))
 
-	longWait := func(what string, cond func() bool) {
-		t.Helper()
-		deadline := time.Now().Add(90 * time.Second)
-		for !cond() {
-			if time.Now().After(deadline) {
-				t.Fatalf("timed out waiting for %s", what)
-			}
-			time.Sleep(100 * time.Millisecond)
-		}
-	}
-	longWait("the degraded Stage to be paused", func() bool { return paused(t, degrading) })
-	longWait("the failed Stage to be paused", func() bool { return paused(t, failing) })
-	t.Logf("converged %v after the API server came back from a 30s outage", time.Since(restarted).Round(time.Millisecond))
+	waitLong(t, "the degraded Stage to be paused", 90*time.Second, func() bool { return paused(t, degrading) })
+	waitLong(t, "the failed Stage to be paused", 90*time.Second, func() bool { return paused(t, failing) })
+	t.Logf("converged %v after the API server came back from a %v outage", time.Since(restarted).Round(time.Millisecond), outage)
 	if op.exited() {
 		t.Fatal("the operator exited after the API server outage")
 	}
 	if r := stageRecord(t, steady); r.Phase != latch.PhaseLatched {
 		t.Errorf("the steady Stage is %s after the outage, want Latched", r.Phase)
 	}
+}
+
+// TestReliabilityAPIServerOutage runs the reliability scenario, checked
+// against the oracle, with the API server down for 30 s in the middle of
+// it. Kargo and the people of the scenario wait the outage out (their
+// requests are held while the API server is down); the operator faces it.
+func TestReliabilityAPIServerOutage(t *testing.T) {
+	t.Parallel()
+	// A request holds down for reading until its response is read, so the
+	// API server is never stopped under one.
+	var down sync.RWMutex
+	holdDuringOutage := func(rt http.RoundTripper) http.RoundTripper {
+		return roundTripFunc(func(r *http.Request) (*http.Response, error) {
+			down.RLock()
+			resp, err := rt.RoundTrip(r)
+			if err != nil {
+				down.RUnlock()
+				return nil, err
+			}
+			resp.Body = &unlockOnClose{ReadCloser: resp.Body, unlock: down.RUnlock}
+			return resp, nil
+		})
+	}
+	w, err := newWorld(ctx, cluster.Options{}, holdDuringOutage)
+	must(t, err)
+	t.Cleanup(w.cluster.Stop)
+	ns, wideNS := w.newProject(t), w.newProject(t)
+	op := startOutageOperator(t, w, scenarioArgs(ns, wideNS)...)
+
+	var converged sync.WaitGroup
+	converged.Go(func() {
+		time.Sleep(3 * time.Second) // mid-scenario
+		down.Lock()
+		w.cluster.StopAPIServer()
+		time.Sleep(outage)
+		err := w.cluster.StartAPIServer(context.Background())
+		down.Unlock()
+		if err != nil {
+			t.Errorf("restarting the API server: %v", err)
+		}
+	})
+	reliabilityScenario(t, w, ns, wideNS, func() string {
+		converged.Wait()
+		if op.exited() {
+			t.Error("the operator exited")
+		}
+		return fmt.Sprintf("the API server down for %v mid-scenario", outage)
+	})
+}
+
+// startOutageOperator runs the operator binary on w's cluster with leader
+// election, as deployed, and waits until it is ready. Its probe address
+// replaces any given in args.
+func startOutageOperator(t *testing.T, w *world, args ...string) *process {
+	t.Helper()
+	probe := freePort(t)
+	args = append(args, "--leader-elect", "--leader-election-namespace", "kargo-latch",
+		"--health-probe-bind-address", "127.0.0.1:"+strconv.Itoa(probe))
+	op := newProcessAs(t, w.operator, args...)
+	op.start()
+	waitFor(t, "the operator to be ready", func() bool {
+		code, _, err := httpGet(fmt.Sprintf("http://127.0.0.1:%d/readyz", probe))
+		return err == nil && code == http.StatusOK
+	})
+	return op
+}
+
+// unlockOnClose calls unlock once, when the body is closed.
+type unlockOnClose struct {
+	io.ReadCloser
+	once   sync.Once
+	unlock func()
+}
+
+func (u *unlockOnClose) Close() error {
+	err := u.ReadCloser.Close()
+	u.once.Do(u.unlock)
+	return err
 }

@@ -49,9 +49,9 @@ func deletePause(client dynamic.Interface, ns, name string) error {
 	return client.Resource(v1alpha1.StagePausesResource).Namespace(ns).Delete(context.Background(), name, metav1.DeleteOptions{})
 }
 
-func listPauses(t *testing.T, ns string) []unstructured.Unstructured {
+func (w *world) listPauses(t *testing.T, ns string) []unstructured.Unstructured {
 	t.Helper()
-	l, err := env.dyn.Resource(v1alpha1.StagePausesResource).Namespace(ns).List(context.Background(), metav1.ListOptions{})
+	l, err := w.dyn.Resource(v1alpha1.StagePausesResource).Namespace(ns).List(context.Background(), metav1.ListOptions{})
 	must(t, err)
 	return l.Items
 }

@@ -21,16 +21,16 @@ import (
 
 func TestFailurePausesAndTheGateHolds(t *testing.T) {
 	t.Parallel()
-	ns := newProject(t)
+	ns := env.newProject(t)
 	op := startOperator(t, ns, fastSettings())
-	prod := createStage(t, ns, "prod", map[string]string{controller.PauseOnFailureAnnotation: "true"})
-	qa := createStage(t, ns, "qa", nil)
+	prod := env.createStage(t, ns, "prod", map[string]string{controller.PauseOnFailureAnnotation: "true"})
+	qa := env.createStage(t, ns, "qa", nil)
 	promoteAndLatch(t, prod)
 
 	_, err := prod.FinishPromotion(ctx, "Failed")
 	must(t, err)
 	waitPaused(t, prod, true)
-	pauses := listPauses(t, ns)
+	pauses := env.listPauses(t, ns)
 	if len(pauses) != 1 {
 		t.Fatalf("%d StagePauses after one failure, want 1", len(pauses))
 	}
@@ -55,7 +55,7 @@ func TestFailurePausesAndTheGateHolds(t *testing.T) {
 	if err := autoPromote(ns, qa.Name); err != nil {
 		t.Errorf("auto-promotion to another Stage was refused: %v", err)
 	}
-	if n := eventCount(t, prod, controller.ReasonStagePaused); n != 1 {
+	if n := env.eventCount(t, prod, controller.ReasonStagePaused); n != 1 {
 		t.Errorf("%d StagePaused Events, want 1", n)
 	}
 	if got := op.metric("kargo_latch_pauses_total", "stage", "prod", "reason", "PromotionFailed"); got != 1 {
@@ -75,15 +75,15 @@ func TestFailurePausesAndTheGateHolds(t *testing.T) {
 	waitEvent(t, prod, controller.ReasonStageResumed)
 	waitGate(t, ns, "prod", false)
 	settle()
-	if n := len(listPauses(t, ns)); n != 0 {
+	if n := len(env.listPauses(t, ns)); n != 0 {
 		t.Errorf("%d StagePauses after the resume, want 0: the failure paused again", n)
 	}
 }
 
 func TestGateHoldsWithoutTheOperator(t *testing.T) {
 	t.Parallel()
-	ns := newProject(t)
-	createStage(t, ns, "prod", nil)
+	ns := env.newProject(t)
+	env.createStage(t, ns, "prod", nil)
 	must(t, autoPromote(ns, "prod"))
 	start := time.Now()
 	must(t, createPause(env.dev, pause(ns, "stop", "prod", "Manual")))
@@ -95,8 +95,8 @@ func TestGateHoldsWithoutTheOperator(t *testing.T) {
 
 func TestRights(t *testing.T) {
 	t.Parallel()
-	ns := newProject(t)
-	s := createStage(t, ns, "prod", nil)
+	ns := env.newProject(t)
+	s := env.createStage(t, ns, "prod", nil)
 	must(t, createPause(env.dev, pause(ns, "dev-pause", "prod", "Manual")))
 	if err := deletePause(env.dev, ns, "dev-pause"); !apierrors.IsForbidden(err) {
 		t.Errorf("dev deleting a pause: %v, want Forbidden by RBAC", err)
@@ -113,7 +113,7 @@ func TestRights(t *testing.T) {
 
 func TestOptInPolicies(t *testing.T) {
 	t.Parallel()
-	ns := newProject(t)
+	ns := env.newProject(t)
 	// The opt-in policies are cluster-wide; bind them to this test's
 	// namespace only, so that parallel tests keep the default behaviour.
 	_, err := env.kube.CoreV1().Namespaces().Patch(ctx, ns, types.MergePatchType, []byte(`{"metadata":{"labels":{"e2e-opt-in":"true"}}}`), metav1.PatchOptions{})
@@ -126,7 +126,7 @@ func TestOptInPolicies(t *testing.T) {
 		}
 	}
 	must(t, applyObjects(objs))
-	createStage(t, ns, "prod", nil)
+	env.createStage(t, ns, "prod", nil)
 	must(t, createPause(env.dev, pause(ns, "p1", "prod", "Manual")))
 
 	waitFor(t, "the opt-in people gate to deny dev", func() bool {
@@ -149,9 +149,9 @@ func TestOptInPolicies(t *testing.T) {
 
 func TestDrainAbortsOnlyQueuedAutoPromotions(t *testing.T) {
 	t.Parallel()
-	ns := newProject(t)
+	ns := env.newProject(t)
 	startOperator(t, ns, latch.Settings{LatchDeadline: time.Minute, DegradedGrace: time.Minute, DrainOnPause: true})
-	createStage(t, ns, "prod", nil)
+	env.createStage(t, ns, "prod", nil)
 	create := func(client interface{}, actor string, phase string) string {
 		t.Helper()
 		c := env.kargoCtl
@@ -193,12 +193,12 @@ func TestDrainAbortsOnlyQueuedAutoPromotions(t *testing.T) {
 
 func TestProjectWidePause(t *testing.T) {
 	t.Parallel()
-	ns := newProject(t)
+	ns := env.newProject(t)
 	startOperator(t, ns, fastSettings())
 	const n = 50
 	stages := make([]*driver.Stage, n)
 	for i := range stages {
-		stages[i] = createStage(t, ns, "stage-"+string(rune('a'+i/26))+string(rune('a'+i%26)), nil)
+		stages[i] = env.createStage(t, ns, "stage-"+string(rune('a'+i/26))+string(rune('a'+i%26)), nil)
 	}
 	settle()
 
@@ -236,7 +236,7 @@ func waitAllLabels(t *testing.T, ns string, want int, _ bool) int {
 
 func TestPauseBadInput(t *testing.T) {
 	t.Parallel()
-	ns := newProject(t)
+	ns := env.newProject(t)
 	op := startOperator(t, ns, fastSettings())
 
 	// A pause for a Stage that does not exist waits, and applies when the
@@ -245,7 +245,7 @@ func TestPauseBadInput(t *testing.T) {
 	waitFor(t, "the early pause's status", func() bool {
 		return pauseCondition(t, ns, "early") == "False/StageNotFound"
 	})
-	later := createStage(t, ns, "later", nil)
+	later := env.createStage(t, ns, "later", nil)
 	waitPaused(t, later, true)
 	waitFor(t, "the early pause's status to follow", func() bool {
 		return pauseCondition(t, ns, "early") == "True/Covering"
@@ -273,7 +273,7 @@ func TestPauseBadInput(t *testing.T) {
 	waitPaused(t, later, false)
 
 	// A pause in a namespace that is not a Kargo project covers nothing.
-	other := newProject(t)
+	other := env.newProject(t)
 	startOperator(t, other, fastSettings())
 	must(t, createPause(env.dev, pause(other, "lost", "*", "Manual")))
 	waitFor(t, "the lost pause's status", func() bool {

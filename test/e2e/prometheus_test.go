@@ -10,11 +10,11 @@ import (
 // KargoStagePaused with the Stage's labels, and the resume resolves it.
 func TestPrometheusFiresOnPause(t *testing.T) {
 	t.Parallel()
-	ns := newProject(t)
+	ns := env.newProject(t)
 	metricsURL := metricsProcess(t, ns, "--pause-on-failure")
 	prom := startPrometheus(t, metricsURL[len("http://"):len(metricsURL)-len("/metrics")])
 
-	s := createStage(t, ns, "prod", nil)
+	s := env.createStage(t, ns, "prod", nil)
 	promoteAndLatch(t, s)
 	_, err := s.FinishPromotion(ctx, "Failed")
 	must(t, err)

@@ -67,7 +67,7 @@ func oracle(kind int) latch.Record {
 // operator binary is killed with SIGKILL 20 times.
 func TestReliabilityKillScenario(t *testing.T) {
 	t.Parallel()
-	ns, wideNS := newProject(t), newProject(t)
+	ns, wideNS := env.newProject(t), env.newProject(t)
 	op := newProcess(t, scenarioArgs(ns, wideNS)...)
 	op.start()
 	const killsWanted = 20
@@ -81,7 +81,7 @@ func TestReliabilityKillScenario(t *testing.T) {
 			op.start()
 		}
 	})
-	reliabilityScenario(t, ns, wideNS, func() string {
+	reliabilityScenario(t, env, ns, wideNS, func() string {
 		killer.Wait()
 		return fmt.Sprintf("%d SIGKILLs", kills.Load())
 	})
@@ -91,7 +91,7 @@ func TestReliabilityKillScenario(t *testing.T) {
 // leader election, and kills the leader with SIGKILL in the middle of it.
 func TestReliabilityLeaderLoss(t *testing.T) {
 	t.Parallel()
-	ns, wideNS := newProject(t), newProject(t)
+	ns, wideNS := env.newProject(t), env.newProject(t)
 	args := append(scenarioArgs(ns, wideNS), "--leader-elect", "--leader-election-namespace", "kargo-latch", "--leader-election-id", "e2e-"+ns)
 	leader, standby := newProcess(t, args...), newProcess(t, args...)
 	leader.start()
@@ -116,7 +116,7 @@ func TestReliabilityLeaderLoss(t *testing.T) {
 		}
 		failover = time.Since(killed)
 	})
-	reliabilityScenario(t, ns, wideNS, func() string {
+	reliabilityScenario(t, env, ns, wideNS, func() string {
 		done.Wait()
 		return fmt.Sprintf("the leader SIGKILLed mid-scenario, the standby took the Lease %v later", failover.Round(time.Millisecond))
 	})
@@ -133,16 +133,16 @@ func scenarioArgs(ns, wideNS string) []string {
 // the model oracle: no lost latch, no lost or spurious pause, and exactly
 // one StagePaused Event per pause. disrupted waits for the disruption to
 // end and describes it.
-func reliabilityScenario(t *testing.T, ns, wideNS string, disrupted func() string) {
+func reliabilityScenario(t *testing.T, w *world, ns, wideNS string, disrupted func() string) {
 	t.Helper()
 	const n, wide = 200, 20
 	stages := make([]*driver.Stage, n)
 	for i := range stages {
-		stages[i] = createStage(t, ns, fmt.Sprintf("s%03d", i), nil)
+		stages[i] = w.createStage(t, ns, fmt.Sprintf("s%03d", i), nil)
 	}
 	wideStages := make([]*driver.Stage, wide)
 	for i := range wideStages {
-		wideStages[i] = createStage(t, wideNS, fmt.Sprintf("w%02d", i), nil)
+		wideStages[i] = w.createStage(t, wideNS, fmt.Sprintf("w%02d", i), nil)
 	}
 	slowWait := func(what string, cond func() bool) {
 		t.Helper()
@@ -175,13 +175,13 @@ func reliabilityScenario(t *testing.T, ns, wideNS string, disrupted func() strin
 			must(t, s.SetHealth(ctx, kargo.HealthUnhealthy))
 			slowWait(s.Name+" paused", func() bool { return paused(t, s) })
 		case kindManualPause:
-			must(t, createPause(env.dev, pause(ns, s.Name+"-manual", s.Name, "Manual")))
+			must(t, createPause(w.dev, pause(ns, s.Name+"-manual", s.Name, "Manual")))
 			slowWait(s.Name+" paused", func() bool { return paused(t, s) })
 		case kindResumed:
 			_, err := s.FinishPromotion(ctx, "Errored")
 			must(t, err)
 			slowWait(s.Name+" paused", func() bool { return paused(t, s) })
-			must(t, deletePause(env.lead, ns, stageRecord(t, s).Failure.Pause))
+			must(t, deletePause(w.lead, ns, stageRecord(t, s).Failure.Pause))
 			slowWait(s.Name+" resumed", func() bool { return !paused(t, s) })
 		}
 	}
@@ -201,11 +201,11 @@ func reliabilityScenario(t *testing.T, ns, wideNS string, disrupted func() strin
 			must(t, err)
 			must(t, s.SetHealth(ctx, kargo.HealthHealthy))
 		}
-		must(t, createPause(env.dev, pause(wideNS, "big-red-button", "*", "ProjectPause")))
+		must(t, createPause(w.dev, pause(wideNS, "big-red-button", "*", "ProjectPause")))
 		for _, s := range wideStages {
 			slowWait(s.Name+" paused project-wide", func() bool { return paused(t, s) })
 		}
-		must(t, deletePause(env.lead, wideNS, "big-red-button"))
+		must(t, deletePause(w.lead, wideNS, "big-red-button"))
 		for _, s := range wideStages {
 			slowWait(s.Name+" resumed project-wide", func() bool { return !paused(t, s) })
 		}
@@ -233,7 +233,7 @@ func reliabilityScenario(t *testing.T, ns, wideNS string, disrupted func() strin
 			t.Errorf("%s (kind %d): phase %s, failure %+v; the oracle says %s, %+v", s.Name, kind, got.Phase, got.Failure, want.Phase, want.Failure)
 		}
 		wantPaused := kind == kindPromotionFails || kind == kindDegrades || kind == kindManualPause
-		switch isPaused, pauses := paused(t, s), pausesNaming(t, ns, s.Name); {
+		switch isPaused, pauses := paused(t, s), w.pausesNaming(t, ns, s.Name); {
 		case wantPaused && (!isPaused || pauses != 1):
 			lostPauses++
 			t.Errorf("%s (kind %d): paused %v with %d StagePauses, want paused by exactly 1", s.Name, kind, isPaused, pauses)
@@ -245,7 +245,7 @@ func reliabilityScenario(t *testing.T, ns, wideNS string, disrupted func() strin
 		if kind == kindFlapper {
 			wantEvents = 0
 		}
-		if got := eventCount(t, s, controller.ReasonStagePaused); got != wantEvents {
+		if got := w.eventCount(t, s, controller.ReasonStagePaused); got != wantEvents {
 			badEvents++
 			t.Errorf("%s (kind %d): %d StagePaused Events, want %d", s.Name, kind, got, wantEvents)
 		}
@@ -255,7 +255,7 @@ func reliabilityScenario(t *testing.T, ns, wideNS string, disrupted func() strin
 			spurious++
 			t.Errorf("%s still paused after the project-wide resume", s.Name)
 		}
-		if got := eventCount(t, s, controller.ReasonStagePaused); got != 1 {
+		if got := w.eventCount(t, s, controller.ReasonStagePaused); got != 1 {
 			badEvents++
 			t.Errorf("%s: %d StagePaused Events for one project-wide pause, want 1", s.Name, got)
 		}
@@ -266,10 +266,10 @@ func reliabilityScenario(t *testing.T, ns, wideNS string, disrupted func() strin
 
 // pausesNaming counts the StagePauses whose spec names the Stage, however
 // they were made.
-func pausesNaming(t *testing.T, ns, stage string) int {
+func (w *world) pausesNaming(t *testing.T, ns, stage string) int {
 	t.Helper()
 	n := 0
-	for _, p := range listPauses(t, ns) {
+	for _, p := range w.listPauses(t, ns) {
 		if got, _, _ := unstructured.NestedString(p.Object, "spec", "stage"); got == stage {
 			n++
 		}
