@@ -126,7 +126,7 @@ func TestOptInPolicies(t *testing.T) {
 		}
 	}
 	must(t, applyObjects(objs))
-	env.createStage(t, ns, "prod", nil)
+	prod := env.createStage(t, ns, "prod", nil)
 	must(t, createPause(env.dev, pause(ns, "p1", "prod", "Manual")))
 
 	waitFor(t, "the opt-in people gate to deny dev", func() bool {
@@ -145,6 +145,26 @@ func TestOptInPolicies(t *testing.T) {
 		t.Errorf("denial %q does not name the missing right", denied)
 	}
 	must(t, deletePause(env.lead, ns, "p1"))
+
+	// Kubernetes' own controllers are not held up by the resume policy:
+	// the garbage collector deletes a failure's pause with its Stage, and
+	// the namespace controller deletes the rest with the namespace.
+	stage, err := prod.Get(ctx)
+	must(t, err)
+	owned := pause(ns, "prod-failed", "prod", string(latch.ReasonPromotionFailed))
+	owned.SetOwnerReferences([]metav1.OwnerReference{{APIVersion: kargo.GroupVersion.String(), Kind: "Stage", Name: "prod", UID: stage.GetUID()}})
+	must(t, createPause(env.dyn, owned))
+	must(t, createPause(env.dev, pause(ns, "p2", "*", "ProjectPause")))
+	must(t, env.dyn.Resource(kargo.StagesResource).Namespace(ns).Delete(ctx, "prod", metav1.DeleteOptions{}))
+	waitFor(t, "the garbage collector to delete the pause the Stage owned", func() bool {
+		left := env.listPauses(t, ns)
+		return len(left) == 1 && left[0].GetName() == "p2"
+	})
+	must(t, env.kube.CoreV1().Namespaces().Delete(ctx, ns, metav1.DeleteOptions{}))
+	waitLong(t, "the namespace controller to delete the namespace and its pause", 90*time.Second, func() bool {
+		_, err := env.kube.CoreV1().Namespaces().Get(ctx, ns, metav1.GetOptions{})
+		return apierrors.IsNotFound(err)
+	})
 }
 
 func TestDrainAbortsOnlyQueuedAutoPromotions(t *testing.T) {
