@@ -153,10 +153,17 @@ func stageRecord(t *testing.T, s *driver.Stage) latch.Record {
 // waitFor polls cond until it holds or waitLimit passes.
 func waitFor(t *testing.T, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(waitLimit)
+	waitLong(t, what, waitLimit, cond)
+}
+
+// waitLong is waitFor with another limit, for what takes longer, such as
+// the work of another controller.
+func waitLong(t *testing.T, what string, limit time.Duration, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(limit)
 	for !cond() {
 		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %v waiting for %s", waitLimit, what)
+			t.Fatalf("timed out after %v waiting for %s", limit, what)
 		}
 		time.Sleep(25 * time.Millisecond)
 	}

@@ -93,15 +93,3 @@ func TestNamespaceDeletedMidScenario(t *testing.T) {
 		t.Errorf("the new project's Stage: phase %s, want Latched and reported", r.Phase)
 	}
 }
-
-// waitLong is waitFor with a longer limit, for what another controller does.
-func waitLong(t *testing.T, what string, limit time.Duration, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(limit)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %v waiting for %s", limit, what)
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
-}
