@@ -45,6 +45,9 @@ test-reliability: cluster
 ## etcd v3.7.0 from Go modules into bin/, only when missing.
 cluster: $(BIN)/kube-apiserver $(BIN)/kube-controller-manager $(BIN)/etcd
 
+# The demo and the bench need no kube-controller-manager.
+APISERVER := $(BIN)/kube-apiserver $(BIN)/etcd
+
 $(BIN)/kube-apiserver:
 	@echo ">> Building kube-apiserver v1.37.2 from Go modules into bin/ (first run only; about 4-8 minutes on 2 cores)..."
 	cd test/tools && $(GO) build -v -o $(BIN)/kube-apiserver k8s.io/kubernetes/cmd/kube-apiserver 2>&1 | \
@@ -85,11 +88,11 @@ $(GOLANGCI_LINT):
 ## start and steady-state writes against baselines from the same run, and
 ## print a table (docs/performance.md). BENCH_STAGES=10000 for full scale.
 BENCH_STAGES ?= 1000
-bench: cluster build
+bench: $(APISERVER) build
 	$(GO) run ./test/bench -stages $(BENCH_STAGES)
 
 ## demo: start a local test cluster, run the operator, and play a scenario.
-demo: cluster build
+demo: $(APISERVER) build
 	$(GO) run ./test/demo
 
 clean:
