@@ -17,6 +17,8 @@ const (
 	controllerManagerToken = "kargo-latch-test-kcm" //nolint:gosec // a throwaway loopback test cluster
 )
 
+// startControllerManager is called once the CRDs are established, so the
+// garbage collector's first discovery already knows Stages and StagePauses.
 func (c *Cluster) startControllerManager() error {
 	kubeconfig := filepath.Join(c.Dir, "kube-controller-manager.kubeconfig")
 	if err := WriteKubeconfig(kubeconfig, c.UserConfig(controllerManagerToken), ""); err != nil {
@@ -33,9 +35,6 @@ func (c *Cluster) startControllerManager() error {
 		"--leader-elect=false",
 		"--bind-address", "127.0.0.1", "--secure-port", strconv.Itoa(ports[0]),
 		"--cert-dir", filepath.Join(c.Dir, "kcm-certs"),
-		// Quicker than the defaults, so tests need not wait long for the
-		// garbage collector to notice a new CRD-backed resource.
-		"--concurrent-gc-syncs", "10",
 		"--v", "1",
 	)
 	return err
