@@ -13,7 +13,6 @@ import (
 	"github.com/kargo-latch/kargo-latch/cli"
 	"github.com/kargo-latch/kargo-latch/kargo"
 	"github.com/kargo-latch/kargo-latch/latch"
-	"github.com/kargo-latch/kargo-latch/test/driver"
 )
 
 // runCLI runs the real binary as a person with cfg's credentials.
@@ -37,12 +36,8 @@ func TestCLI(t *testing.T) {
 	t.Parallel()
 	ns := env.newProject(t)
 	startOperator(t, ns, fastSettings())
-	latched := env.createStage(t, ns, "latched", nil)
-	degraded := env.createStage(t, ns, "degraded", nil)
-	pausedStage := env.createStage(t, ns, "paused", nil)
-	for _, s := range []*driver.Stage{latched, degraded, pausedStage} {
-		promoteAndLatch(t, s)
-	}
+	stages := env.latchedStages(t, ns, "latched", "degraded", "paused")
+	degraded, pausedStage := stages[1], stages[2]
 	must(t, degraded.SetHealth(ctx, kargo.HealthUnhealthy))
 	waitPhase(t, degraded, latch.PhaseDegraded)
 	admin, dev, lead := env.cluster.Config, env.cluster.UserConfig(devToken), env.cluster.UserConfig(leadToken)

@@ -53,6 +53,18 @@ func (w *world) createStage(t *testing.T, ns, name string, annotations map[strin
 	return s
 }
 
+// latchedStages creates a Stage for each name and takes each through a
+// promotion to Latched.
+func (w *world) latchedStages(t *testing.T, ns string, names ...string) []*driver.Stage {
+	t.Helper()
+	stages := make([]*driver.Stage, len(names))
+	for i, name := range names {
+		stages[i] = w.createStage(t, ns, name, nil)
+		promoteAndLatch(t, stages[i])
+	}
+	return stages
+}
+
 // operator is an in-process kargo-latch watching one namespace.
 type operator struct {
 	t       *testing.T

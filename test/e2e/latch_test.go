@@ -163,12 +163,8 @@ func TestVerificationFailureFails(t *testing.T) {
 	t.Parallel()
 	ns := env.newProject(t)
 	startOperator(t, ns, fastSettings())
-	failing := env.createStage(t, ns, "failing", nil)
-	aborted := env.createStage(t, ns, "aborted", nil)
-	erroring := env.createStage(t, ns, "erroring", nil)
-	for _, s := range []*driver.Stage{failing, aborted, erroring} {
-		promoteAndLatch(t, s)
-	}
+	stages := env.latchedStages(t, ns, "failing", "aborted", "erroring")
+	failing, aborted, erroring := stages[0], stages[1], stages[2]
 
 	_, err := failing.SetVerification(ctx, "Failed", "Metric \"error-rate\" assessed Failed")
 	must(t, err)

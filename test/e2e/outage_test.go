@@ -13,7 +13,6 @@ import (
 	"github.com/kargo-latch/kargo-latch/kargo"
 	"github.com/kargo-latch/kargo-latch/latch"
 	"github.com/kargo-latch/kargo-latch/test/cluster"
-	"github.com/kargo-latch/kargo-latch/test/driver"
 )
 
 // The outage of these tests: kube-apiserver is stopped for 30 s, on a
@@ -31,10 +30,8 @@ func TestAPIServerOutage(t *testing.T) {
 	ns := w.newProject(t)
 	op := startOutageOperator(t, w, "--namespace", ns, "--degraded-grace", "5s", "--pause-on-failure", "--metrics-bind-address", "0")
 
-	degrading, failing, steady := w.createStage(t, ns, "degrading", nil), w.createStage(t, ns, "failing", nil), w.createStage(t, ns, "steady", nil)
-	for _, s := range []*driver.Stage{degrading, failing, steady} {
-		promoteAndLatch(t, s)
-	}
+	stages := w.latchedStages(t, ns, "degrading", "failing", "steady")
+	degrading, failing, steady := stages[0], stages[1], stages[2]
 	must(t, degrading.SetHealth(ctx, kargo.HealthUnhealthy))
 	waitPhase(t, degrading, latch.PhaseDegraded)
 	_, err = failing.FinishPromotion(ctx, "Failed")
