@@ -74,7 +74,7 @@ func (c *Controller) afterStore(stage *kargo.Stage, pauses []*v1alpha1.StagePaus
 		case latch.ActionResumed:
 			c.event(stage, corev1.EventTypeNormal, ReasonStageResumed, "The last StagePause covering the Stage was deleted; Kargo was asked to refresh it and may auto-promote again")
 			c.cfg.Metrics.ResumesTotal.WithLabelValues(ns, name).Inc()
-		case latch.ActionCycleStarted, latch.ActionCreatePause:
+		case latch.ActionCycleStarted, latch.ActionCreatePause, latch.ActionMarkVerified:
 			// Kargo announces promotions itself; a new pause is reported
 			// when it takes effect (Paused).
 		}
@@ -163,34 +163,39 @@ func (c *Controller) createFailurePause(ctx context.Context, stage *kargo.Stage,
 	return created, nil
 }
 
-// pausedEvent records StagePaused as an Event whose name is derived from the
-// pause, so that a sync repeated after a crash finds it instead of sending a
-// second one. It is written directly, not through the asynchronous
-// recorder, which could lose it in a crash.
+// pausedEvent records StagePaused exactly once per pause.
 func (c *Controller) pausedEvent(ctx context.Context, stage *kargo.Stage, p *v1alpha1.StagePause) error {
-	sum := sha256.Sum256([]byte(string(stage.UID) + "\x00" + string(p.UID) + "\x00" + p.Name))
+	msg := fmt.Sprintf("Paused by StagePause %s (reason %s)", p.Name, p.EffectiveReason())
+	if p.Spec.Message != "" {
+		msg += ": " + truncate(p.Spec.Message, 1024)
+	}
+	return c.eventOnce(ctx, stage, "paused", string(p.UID)+"\x00"+p.Name, corev1.EventTypeWarning, ReasonStagePaused, msg)
+}
+
+// eventOnce records an Event about a Stage whose name is derived from the
+// Stage, kind and identity, so that an effect repeated after a crash finds
+// its Event instead of sending a second one. It is written directly, not
+// through the asynchronous recorder, which could lose it in a crash.
+func (c *Controller) eventOnce(ctx context.Context, stage *kargo.Stage, kind, identity, eventType, reason, msg string) error {
+	sum := sha256.Sum256([]byte(string(stage.UID) + "\x00" + identity))
 	prefix := stage.Name
 	if len(prefix) > 200 {
 		prefix = prefix[:200]
 	}
 	now := metav1.NewTime(c.clock.Now())
-	msg := fmt.Sprintf("Paused by StagePause %s (reason %s)", p.Name, p.EffectiveReason())
-	if p.Spec.Message != "" {
-		msg += ": " + truncate(p.Spec.Message, 1024)
-	}
 	ev := &corev1.Event{
-		ObjectMeta: metav1.ObjectMeta{Name: prefix + ".paused." + hex.EncodeToString(sum[:8]), Namespace: stage.Namespace},
+		ObjectMeta: metav1.ObjectMeta{Name: prefix + "." + kind + "." + hex.EncodeToString(sum[:8]), Namespace: stage.Namespace},
 		InvolvedObject: corev1.ObjectReference{
 			APIVersion: kargo.GroupVersion.String(), Kind: "Stage",
 			Namespace: stage.Namespace, Name: stage.Name, UID: stage.UID,
 		},
-		Reason: ReasonStagePaused, Message: msg, Type: corev1.EventTypeWarning,
+		Reason: reason, Message: truncate(msg, 1024), Type: eventType,
 		Source:         corev1.EventSource{Component: FieldManager},
 		FirstTimestamp: now, LastTimestamp: now, Count: 1,
 	}
 	_, err := c.cfg.Kube.CoreV1().Events(stage.Namespace).Create(ctx, ev, metav1.CreateOptions{})
 	if err != nil && !apierrors.IsAlreadyExists(err) {
-		return fmt.Errorf("recording StagePaused: %w", err)
+		return fmt.Errorf("recording %s: %w", reason, err)
 	}
 	return nil
 }
@@ -288,6 +293,17 @@ func (c *Controller) reportHealth(stage *kargo.Stage, m *memo, unknown string) {
 		c.warn(stage, ReasonUnknownHealth, "Stage health %q is not one Kargo defines; the latch holds its phase until Kargo reports a known health", unknown)
 		c.cfg.Metrics.InvalidInput.WithLabelValues(stage.Namespace, stage.Name, "health").Inc()
 	}
+}
+
+// reportApps warns once when a Stage lists more Applications than the
+// per-App latch handles; its aggregate health alone then counts.
+func (c *Controller) reportApps(stage *kargo.Stage, m *memo, apps int) {
+	tooMany := apps > latch.MaxApps
+	if tooMany && !m.tooManyApps {
+		c.warn(stage, ReasonTooManyApps, "Stage lists more than %d Applications in its health output; kargo-latch latches it on the Stage's aggregate health alone", latch.MaxApps)
+		c.cfg.Metrics.InvalidInput.WithLabelValues(stage.Namespace, stage.Name, "apps").Inc()
+	}
+	m.tooManyApps = tooMany
 }
 
 // warnOnce remembers value in last and reports whether it is a new problem

@@ -2,6 +2,7 @@ package controller
 
 import (
 	"sync"
+	"time"
 
 	"k8s.io/client-go/tools/cache"
 
@@ -17,6 +18,11 @@ type memo struct {
 	badState      string       // last garbage record reported
 	badHealth     string       // last unknown health string reported
 	statusMissing bool         // a missing status was reported
+	tooManyApps   bool         // a Stage listing too many Apps was reported
+	// markRetryAt holds marking back after the right was refused, and
+	// markForbiddenCycle is the cycle whose refusal was reported.
+	markRetryAt        time.Time
+	markForbiddenCycle string
 	// dryRunRecord stands in for the annotation in --dry-run, which writes
 	// nothing; nil when there is none.
 	dryRunRecord *latch.Record

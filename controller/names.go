@@ -10,6 +10,7 @@ const (
 	LatchDeadlineAnnotation  = "kargo-latch.io/latch-deadline"
 	DegradedGraceAnnotation  = "kargo-latch.io/degraded-grace"
 	DrainOnPauseAnnotation   = "kargo-latch.io/drain-on-pause"
+	MarkVerifiedAnnotation   = "kargo-latch.io/mark-verified"
 )
 
 // PausedLabel is on a Stage exactly while a StagePause covers it.
@@ -20,16 +21,19 @@ const FieldManager = "kargo-latch"
 
 // Event reasons. Warning reasons tell a person that an input was unusable.
 const (
-	ReasonHealthLatched      = "HealthLatched"
-	ReasonStageDegraded      = "StageDegraded"
-	ReasonStageRecovered     = "StageRecovered"
-	ReasonLatchFailed        = "LatchFailed"
-	ReasonStagePaused        = "StagePaused"
-	ReasonStageResumed       = "StageResumed"
-	ReasonPromotionDrained   = "PromotionDrained"
-	ReasonPauseLabelRestored = "PauseLabelRestored"
-	ReasonInvalidConfig      = "InvalidConfig"
-	ReasonInvalidState       = "InvalidState"
-	ReasonUnknownHealth      = "UnknownHealth"
-	ReasonStatusMissing      = "StatusMissing"
+	ReasonHealthLatched         = "HealthLatched"
+	ReasonStageDegraded         = "StageDegraded"
+	ReasonStageRecovered        = "StageRecovered"
+	ReasonLatchFailed           = "LatchFailed"
+	ReasonStagePaused           = "StagePaused"
+	ReasonStageResumed          = "StageResumed"
+	ReasonPromotionDrained      = "PromotionDrained"
+	ReasonPauseLabelRestored    = "PauseLabelRestored"
+	ReasonInvalidConfig         = "InvalidConfig"
+	ReasonInvalidState          = "InvalidState"
+	ReasonUnknownHealth         = "UnknownHealth"
+	ReasonStatusMissing         = "StatusMissing"
+	ReasonFreightVerified       = "FreightVerified"
+	ReasonMarkVerifiedForbidden = "MarkVerifiedForbidden"
+	ReasonTooManyApps           = "TooManyApplications"
 )

@@ -24,6 +24,14 @@ func observe(s *kargo.Stage, previous latch.Health) (obs latch.Observation, unkn
 	}
 	obs.FreightID = st.FreightID
 	obs.Freight = strings.Join(st.FreightNames, ",")
+	obs.FreightNames = st.FreightNames
+	obs.HasVerification = s.HasVerification
+	if len(st.Apps) > 0 {
+		obs.Apps = make([]latch.App, len(st.Apps))
+		for i, a := range st.Apps {
+			obs.Apps[i] = latch.App{Name: a.Name, Namespace: a.Namespace, Health: a.Health, Sync: a.Sync}
+		}
+	}
 	if lp := st.LastPromotion; lp != nil && lp.Name != "" {
 		obs.LastPromotion = &latch.Promotion{
 			Name:       lp.Name,

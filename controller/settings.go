@@ -43,5 +43,6 @@ func settingsFor(annotations map[string]string, defaults latch.Settings) (s latc
 	duration(DegradedGraceAnnotation, &s.DegradedGrace)
 	boolean(PauseOnFailureAnnotation, &s.PauseOnFailure)
 	boolean(DrainOnPauseAnnotation, &s.DrainOnPause)
+	boolean(MarkVerifiedAnnotation, &s.MarkVerified)
 	return s, strings.Join(bad, "; ")
 }

@@ -3,6 +3,7 @@ package controller
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"time"
 
@@ -67,6 +68,11 @@ func (c *Controller) syncStage(ctx context.Context, key cache.ObjectName) (time.
 		}
 		res, obs = c.step(stage, m, settings, pauses, now)
 	}
+	if a, ok := actionOf(res, latch.ActionMarkVerified); ok {
+		if res, obs, err = c.mark(ctx, stage, m, settings, pauses, res, obs, a, now); err != nil {
+			return 0, err
+		}
+	}
 	if err := c.beforeStore(ctx, stage, settings, pauses, res); err != nil {
 		return 0, err
 	}
@@ -80,14 +86,44 @@ func (c *Controller) syncStage(ctx context.Context, key cache.ObjectName) (time.
 	if res.RequeueAfter > 0 {
 		logger.V(4).Info("Time-based transition pending", "phase", res.Record.Phase, "after", res.RequeueAfter)
 	}
-	return earliest(res.RequeueAfter, statusCheck), nil
+	return earliest(earliest(res.RequeueAfter, statusCheck), c.markRetry(m, now)), nil
+}
+
+// mark carries out a step's ActionMarkVerified before the record naming the
+// marked Freight is stored. Without the right to mark, it reports that and
+// steps again with marking held back, so that the rest of the step (the
+// latch, pauses) is stored as usual.
+func (c *Controller) mark(ctx context.Context, stage *kargo.Stage, m *memo, settings latch.Settings, pauses []*v1alpha1.StagePause,
+	res latch.Result, obs latch.Observation, a latch.Action, now time.Time) (latch.Result, latch.Observation, error) {
+	if c.cfg.DryRun {
+		c.reportDryRunMark(ctx, stage, a)
+		return res, obs, nil
+	}
+	err := c.markVerified(ctx, stage, res.Record, a)
+	var forbidden errMarkForbidden
+	if !errors.As(err, &forbidden) {
+		return res, obs, err
+	}
+	c.markForbidden(stage, m, res.Record, err, now)
+	res, obs = c.step(stage, m, settings, pauses, now)
+	return res, obs, nil
+}
+
+// markRetry says when a Stage whose marking was refused should try again.
+func (c *Controller) markRetry(m *memo, now time.Time) time.Duration {
+	if now.Before(m.markRetryAt) {
+		return m.markRetryAt.Sub(now)
+	}
+	return 0
 }
 
 // step reads the record and the Stage's status and steps the machine.
 func (c *Controller) step(stage *kargo.Stage, m *memo, settings latch.Settings, pauses []*v1alpha1.StagePause, now time.Time) (latch.Result, latch.Observation) {
 	prior := c.priorRecord(stage, m)
 	obs, unknownHealth := observe(stage, m.health)
+	obs.MarkBlocked = now.Before(m.markRetryAt)
 	c.reportHealth(stage, m, unknownHealth)
+	c.reportApps(stage, m, len(obs.Apps))
 	for _, p := range pauses {
 		obs.Pauses = append(obs.Pauses, p.Name)
 	}
@@ -204,12 +240,17 @@ func (c *Controller) checkStatus(stage *kargo.Stage, m *memo, now time.Time) tim
 }
 
 func hasAction(res latch.Result, kind latch.ActionKind) bool {
+	_, ok := actionOf(res, kind)
+	return ok
+}
+
+func actionOf(res latch.Result, kind latch.ActionKind) (latch.Action, bool) {
 	for _, a := range res.Actions {
 		if a.Kind == kind {
-			return true
+			return a, true
 		}
 	}
-	return false
+	return latch.Action{}, false
 }
 
 // earliest is the sooner of two requeue delays, where zero means none.

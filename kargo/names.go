@@ -9,6 +9,7 @@ var GroupVersion = schema.GroupVersion{Group: "kargo.akuity.io", Version: "v1alp
 var (
 	StagesResource     = GroupVersion.WithResource("stages")
 	PromotionsResource = GroupVersion.WithResource("promotions")
+	FreightsResource   = GroupVersion.WithResource("freights")
 )
 
 // Annotations of Kargo's that kargo-latch reads or writes.

@@ -29,6 +29,10 @@ const (
 	ActionPaused ActionKind = "Paused"
 	// ActionResumed: the last StagePause covering the Stage is gone.
 	ActionResumed ActionKind = "Resumed"
+	// ActionMarkVerified: mark each of Freight verified in the Stage at
+	// VerifiedAt (mark-verified). The record already names them, so the
+	// request is made once per cycle and Freight.
+	ActionMarkVerified ActionKind = "MarkVerified"
 )
 
 // Action is one consequence of a Step.
@@ -41,6 +45,10 @@ type Action struct {
 	// TimeToLatch is set on ActionLatched for a cycle the operator watched
 	// from its start: the time from the promotion's finish to the latch.
 	TimeToLatch time.Duration
+	// Freight and VerifiedAt are set on ActionMarkVerified: the Freight to
+	// mark, and the latch time to record as their verifiedAt.
+	Freight    []string
+	VerifiedAt time.Time
 }
 
 // Result is the outcome of one Step.

@@ -98,7 +98,42 @@ type Observation struct {
 	Freight   string
 	// Verification is the newest verification of the current Freight.
 	Verification *Verification
+	// FreightNames are the names of the Freight in freightHistory[0]: what
+	// mark-verified marks.
+	FreightNames []string
+	// HasVerification is true when the Stage has spec.verification.
+	HasVerification bool
+	// Apps are the Argo CD Applications of status.health.output, nil when
+	// Kargo wrote no output or one of a shape kargo-latch does not know:
+	// then only the aggregate health counts.
+	Apps []App
+	// MarkBlocked stops the machine from asking to mark Freight verified
+	// (the operator lacks the right, and waits before it tries again).
+	MarkBlocked bool
 }
+
+// App is one Argo CD Application as Kargo's argocd-update health check
+// reports it in status.health.output.
+type App struct {
+	Name      string
+	Namespace string
+	// Health is health.status: Healthy, Progressing, Degraded, ...
+	Health string
+	// Sync is sync.status: Synced, OutOfSync, ...
+	Sync string
+}
+
+// Key names the App in the record: "namespace/name".
+func (a App) Key() string { return a.Namespace + "/" + a.Name }
+
+// counts reports whether this App, seen while health is judged, has been
+// Healthy.
+func (a App) counts() bool { return a.Health == "Healthy" && a.Sync == "Synced" }
+
+// MaxApps bounds the per-Application latch: a Stage listing more Apps than
+// this is judged on its aggregate health alone, so that the record stays
+// small.
+const MaxApps = 100
 
 // Settings are the per-Stage settings (annotations, else operator flags).
 type Settings struct {
@@ -112,4 +147,7 @@ type Settings struct {
 	PauseOnFailure bool
 	// DrainOnPause aborts queued auto-promotions when the Stage is paused.
 	DrainOnPause bool
+	// MarkVerified marks a latched cycle's Freight verified in the Stage,
+	// as Kargo does when it sees the Stage Healthy.
+	MarkVerified bool
 }

@@ -3,6 +3,7 @@ package latch
 import (
 	"encoding/json"
 	"fmt"
+	"maps"
 	"slices"
 	"time"
 )
@@ -36,6 +37,12 @@ const (
 	ReasonLatchDeadlineExceeded FailureReason = "LatchDeadlineExceeded"
 )
 
+// What formed a latch (Record.LatchedBy).
+const (
+	LatchedByStage = "Stage"
+	LatchedByApps  = "Applications"
+)
+
 // HistoryLimit is how many verification records a Record keeps, like Kargo's
 // own verificationHistory.
 const HistoryLimit = 10
@@ -63,6 +70,16 @@ type Record struct {
 	LatchedAt     *time.Time `json:"latchedAt,omitempty"`
 	DegradedSince *time.Time `json:"degradedSince,omitempty"`
 	Failure       *Failure   `json:"failure,omitempty"`
+
+	// LatchedBy says what formed the latch: LatchedByStage or
+	// LatchedByApps.
+	LatchedBy string `json:"latchedBy,omitempty"`
+	// AppsHealthy holds, for this cycle, each Application ("namespace/name")
+	// seen Healthy and Synced while health was judged, with the first time.
+	AppsHealthy map[string]time.Time `json:"appsHealthy,omitempty"`
+	// Marked names the Freight of this cycle that are verified in the
+	// Stage: marked by kargo-latch, or found already verified.
+	Marked []string `json:"marked,omitempty"`
 
 	// Pauses names the StagePauses that cover the Stage now.
 	Pauses []string `json:"pauses,omitempty"`
@@ -143,6 +160,12 @@ func (r *Record) validate() error {
 	if (r.Phase == PhasePromoted || r.Phase == PhaseLatched || r.Phase == PhaseDegraded) && r.PromotedAt == nil {
 		return fmt.Errorf("state phase %s has no promotedAt", r.Phase)
 	}
+	if len(r.AppsHealthy) > MaxApps {
+		return fmt.Errorf("state lists %d Applications, more than %d", len(r.AppsHealthy), MaxApps)
+	}
+	if len(r.Marked) > MaxApps {
+		return fmt.Errorf("state lists %d marked Freight, more than %d", len(r.Marked), MaxApps)
+	}
 	if len(r.History) > HistoryLimit {
 		return fmt.Errorf("state history has %d records, more than %d", len(r.History), HistoryLimit)
 	}
@@ -154,6 +177,8 @@ func (r *Record) clone() Record {
 	c := *r
 	c.Pauses = slices.Clone(r.Pauses)
 	c.History = slices.Clone(r.History)
+	c.Marked = slices.Clone(r.Marked)
+	c.AppsHealthy = maps.Clone(r.AppsHealthy)
 	if r.Verification != nil {
 		v := *r.Verification
 		c.Verification = &v

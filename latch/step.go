@@ -4,6 +4,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 )
@@ -27,6 +28,7 @@ func Step(s Settings, prior Record, obs Observation, now time.Time) Result {
 	m.judgeHealth()
 	m.checkDeadlines()
 	m.trackPauses(prior.Pauses)
+	m.markVerified()
 	return Result{Record: m.rec, Actions: m.actions, RequeueAfter: m.requeueAfter()}
 }
 
@@ -159,8 +161,12 @@ func (m *machine) judgeHealth() {
 	h := m.obs.Health
 	switch m.rec.Phase {
 	case PhasePromoted:
-		if h == HealthHealthy {
-			m.latch()
+		m.trackApps()
+		switch {
+		case h == HealthHealthy:
+			m.latch(LatchedByStage)
+		case m.everyAppHealthy():
+			m.latch(LatchedByApps)
 		}
 	case PhaseLatched:
 		switch {
@@ -182,10 +188,58 @@ func (m *machine) judgeHealth() {
 	}
 }
 
-func (m *machine) latch() {
+// appsJudged reports whether this observation may count Applications as
+// Healthy: health is judged, and Kargo's aggregate is Healthy or merely
+// Progressing. An aggregate Unhealthy or Unknown means Kargo found something
+// wrong (a wrong revision, say) that an App's own status may not show.
+func (m *machine) appsJudged() bool {
+	h := m.obs.Health
+	return m.healthJudged() && (h == HealthHealthy || h == HealthProgressing) &&
+		len(m.obs.Apps) > 0 && len(m.obs.Apps) <= MaxApps
+}
+
+// trackApps records each Application seen Healthy and Synced in this cycle,
+// with the first time it was seen so.
+func (m *machine) trackApps() {
+	if !m.appsJudged() {
+		return
+	}
+	for _, a := range m.obs.Apps {
+		if !a.counts() {
+			continue
+		}
+		if _, seen := m.rec.AppsHealthy[a.Key()]; seen {
+			continue
+		}
+		if m.rec.AppsHealthy == nil {
+			m.rec.AppsHealthy = map[string]time.Time{}
+		}
+		m.rec.AppsHealthy[a.Key()] = m.now
+	}
+}
+
+// everyAppHealthy reports whether every Application listed now has been
+// Healthy in this cycle, each at its own moment: apps that flap out of phase
+// are never Healthy together, yet each has shown that the promotion works.
+func (m *machine) everyAppHealthy() bool {
+	if !m.appsJudged() {
+		return false
+	}
+	for _, a := range m.obs.Apps {
+		if _, seen := m.rec.AppsHealthy[a.Key()]; !seen {
+			return false
+		}
+	}
+	return true
+}
+
+func (m *machine) latch(by string) {
 	at := m.now
-	m.rec.Phase, m.rec.LatchedAt = PhaseLatched, &at
+	m.rec.Phase, m.rec.LatchedAt, m.rec.LatchedBy = PhaseLatched, &at, by
 	msg := "Stage became Healthy after " + m.cycleName()
+	if by == LatchedByApps {
+		msg = fmt.Sprintf("every Application (%d) was Healthy after %s", len(m.obs.Apps), m.cycleName())
+	}
 	m.pushVerification(VerificationSuccessful, *m.rec.PromotedAt, msg)
 	a := Action{Kind: ActionLatched, Message: msg}
 	if m.rec.AdoptedAt == nil {
@@ -252,6 +306,52 @@ func (m *machine) beginCycle(lp *Promotion) {
 	}
 	r.PromotedAt = &at
 	r.AdoptedAt, r.LatchedAt, r.DegradedSince, r.Failure, r.Verification = nil, nil, nil, nil, nil
+	r.LatchedBy, r.AppsHealthy, r.Marked = "", nil, nil
+}
+
+// markVerified asks to mark the cycle's Freight verified in the Stage, as
+// Kargo does in a pass that sees the Stage Healthy, so that the Freight
+// flows downstream. It asks once per cycle and Freight: the record names the
+// Freight asked for, and the operator marks them before it stores the
+// record.
+func (m *machine) markVerified() {
+	if !m.settings.MarkVerified || m.obs.MarkBlocked || !m.markable() {
+		return
+	}
+	var todo []string
+	for _, f := range m.obs.FreightNames {
+		if f != "" && !slices.Contains(m.rec.Marked, f) {
+			todo = append(todo, f)
+		}
+	}
+	if len(todo) == 0 || len(m.rec.Marked)+len(todo) > MaxApps {
+		return
+	}
+	m.rec.Marked = append(m.rec.Marked, todo...)
+	why := "the Stage was Healthy"
+	if m.rec.LatchedBy == LatchedByApps {
+		why = "every Application was Healthy in this cycle"
+	}
+	m.act(Action{Kind: ActionMarkVerified, Freight: todo, VerifiedAt: *m.rec.LatchedAt,
+		Message: fmt.Sprintf("%s latched (%s)", m.cycleName(), why)})
+}
+
+// markable reports whether the cycle may count as verified now: it is
+// Latched (not Degraded, not Failed) in a pass where Kargo judges health, the
+// observation is of the cycle's own Freight, no pause covers the Stage (a
+// person who stopped the line here also stops what flows out), and a
+// configured verification has succeeded: kargo-latch never replaces a
+// verification, it only gives a successful one the Healthy pass Kargo needs.
+func (m *machine) markable() bool {
+	if m.rec.Phase != PhaseLatched || m.rec.LatchedAt == nil || !m.healthJudged() ||
+		len(m.obs.Pauses) > 0 || m.obs.FreightID == "" || m.obs.FreightID != m.rec.FreightID {
+		return false
+	}
+	if m.obs.HasVerification {
+		v := m.obs.Verification
+		return v != nil && v.Phase == VerificationSuccessful
+	}
+	return true
 }
 
 // fail ends the cycle. A cycle fails once; later failures add nothing.

@@ -31,7 +31,7 @@ func promoted() Record {
 
 func latched() Record {
 	r := promoted()
-	r.Phase, r.LatchedAt = PhaseLatched, ptr(minutes(2))
+	r.Phase, r.LatchedAt, r.LatchedBy = PhaseLatched, ptr(minutes(2)), LatchedByStage
 	v := VerificationRecord{Actor: Actor, StartTime: at(0), FinishTime: at(minutes(2)), Phase: VerificationSuccessful, Message: "Stage became Healthy after promotion p1"}
 	r.Verification, r.History = &v, []VerificationRecord{v}
 	return r
@@ -126,7 +126,7 @@ func TestStep(t *testing.T) {
 				Record: func() Record {
 					r := latched()
 					r.Promotion, r.Freight, r.FreightID, r.ExaminedPromotion = "p2", "f-p2", "F2", "p2"
-					r.Phase, r.PromotedAt, r.LatchedAt, r.Verification = PhasePromoted, ptr(minutes(10)), nil, nil
+					r.Phase, r.PromotedAt, r.LatchedAt, r.LatchedBy, r.Verification = PhasePromoted, ptr(minutes(10)), nil, "", nil
 					return r
 				}(),
 				Actions:      []Action{{Kind: ActionCycleStarted, Message: "new cycle for promotion p2"}},
@@ -371,7 +371,7 @@ func TestStep(t *testing.T) {
 				Record: func() Record {
 					r := latched()
 					r.ExaminedPromotion, r.Promotion, r.Freight, r.FreightID = "p3", "", "f-p2", "F2"
-					r.Phase, r.PromotedAt, r.LatchedAt, r.Verification = PhasePromoted, ptr(minutes(12)), nil, nil
+					r.Phase, r.PromotedAt, r.LatchedAt, r.LatchedBy, r.Verification = PhasePromoted, ptr(minutes(12)), nil, "", nil
 					return r
 				}(),
 				Actions:      []Action{{Kind: ActionCycleStarted, Message: "new cycle for freight f-p2"}},

@@ -23,6 +23,8 @@ type Recorder struct {
 	ProgressingIgnored *prometheus.CounterVec
 	InvalidConfig      *prometheus.CounterVec
 	InvalidInput       *prometheus.CounterVec
+	FreightVerified    *prometheus.CounterVec
+	MarkVerifiedErrors *prometheus.CounterVec
 	ReconcileErrors    prometheus.Counter
 	ReconcileDuration  prometheus.Histogram
 	TimeToLatch        prometheus.Histogram
@@ -78,6 +80,14 @@ func New(reg prometheus.Registerer, version string) *Recorder {
 			Namespace: Namespace, Name: "invalid_input_total",
 			Help: "Unusable input found on a Stage, by kind: state (a garbage record), health (an unknown health string), status (no status).",
 		}, []string{LabelProject, LabelStage, LabelInput}),
+		FreightVerified: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: Namespace, Name: "freight_verified_total",
+			Help: "Freight that kargo-latch marked verified in the Stage after a latch (mark-verified).",
+		}, stageLabels),
+		MarkVerifiedErrors: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: Namespace, Name: "mark_verified_errors_total",
+			Help: "Tries to mark Freight verified that were refused: the operator lacks the mark-verified rights.",
+		}, stageLabels),
 		ReconcileErrors: prometheus.NewCounter(prometheus.CounterOpts{
 			Namespace: Namespace, Name: "reconcile_errors_total",
 			Help: "Stage syncs that failed and were retried or dropped.",
@@ -99,7 +109,7 @@ func New(reg prometheus.Registerer, version string) *Recorder {
 		pausedReason: map[[2]string]string{},
 	}
 	reg.MustRegister(r.StagePaused, r.PausesTotal, r.ResumesTotal, r.StagePhase, r.FailuresTotal, r.ProgressingIgnored, r.InvalidConfig, r.InvalidInput,
-		r.ReconcileErrors, r.ReconcileDuration, r.TimeToLatch, r.BuildInfo)
+		r.FreightVerified, r.MarkVerifiedErrors, r.ReconcileErrors, r.ReconcileDuration, r.TimeToLatch, r.BuildInfo)
 	r.BuildInfo.WithLabelValues(version, runtime.Version()).Set(1)
 	return r
 }
@@ -123,6 +133,7 @@ func (r *Recorder) ForgetStage(project, stage string) {
 	l := prometheus.Labels{LabelProject: project, LabelStage: stage}
 	for _, v := range []interface{ DeletePartialMatch(prometheus.Labels) int }{
 		r.StagePaused, r.PausesTotal, r.ResumesTotal, r.StagePhase, r.FailuresTotal, r.ProgressingIgnored, r.InvalidConfig, r.InvalidInput,
+		r.FreightVerified, r.MarkVerifiedErrors,
 	} {
 		v.DeletePartialMatch(l)
 	}

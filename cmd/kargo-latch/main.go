@@ -93,6 +93,7 @@ func parseFlags(args []string) (*options, error) {
 	fs.DurationVar(&o.defaults.LatchDeadline, "latch-deadline", 30*time.Minute, "Default of kargo-latch.io/latch-deadline: time from a promotion to the first Healthy; 0 disables.")
 	fs.DurationVar(&o.defaults.DegradedGrace, "degraded-grace", 5*time.Minute, "Default of kargo-latch.io/degraded-grace: how long a latched Stage may be Unhealthy or Unknown.")
 	fs.BoolVar(&o.defaults.DrainOnPause, "drain-on-pause", true, "Default of kargo-latch.io/drain-on-pause: abort queued auto-promotions when a Stage is paused.")
+	fs.BoolVar(&o.defaults.MarkVerified, "mark-verified", false, "Default of kargo-latch.io/mark-verified: when a cycle latches, mark its Freight verified in the Stage so that it flows downstream (needs the mark-verified rights).")
 	fs.BoolVar(&o.dryRun, "dry-run", false, "Decide and report (Events, metrics, logs) but write nothing to Kargo objects.")
 	fs.StringVar(&o.metricsAddr, "metrics-bind-address", ":8080", "Address serving /metrics; 0 turns it off.")
 	fs.StringVar(&o.probeAddr, "health-probe-bind-address", ":8081", "Address serving /healthz and /readyz; 0 turns it off.")

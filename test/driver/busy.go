@@ -41,7 +41,7 @@ func (s *Stage) WriteBusyStatus(ctx context.Context, health string) error {
 	var apps []any
 	for i := range 40 {
 		apps = append(apps, map[string]any{
-			"name": fmt.Sprintf("%s-app-%02d", s.Name, i), "namespace": "argocd",
+			"Name": fmt.Sprintf("%s-app-%02d", s.Name, i), "Namespace": "argocd",
 			"health": map[string]any{"status": health, "message": strings.Repeat("resource tree healthy; ", 8)},
 			"sync":   map[string]any{"status": "Synced", "revision": newFreightName(), "revisions": []any{newFreightName(), newFreightName()}},
 		})
@@ -56,7 +56,7 @@ func (s *Stage) WriteBusyStatus(ctx context.Context, health string) error {
 		"freightHistory": history,
 		"health": map[string]any{
 			"status": health,
-			"output": map[string]any{"applicationStatuses": apps},
+			"output": []any{map[string]any{"applicationStatuses": apps}},
 			"config": map[string]any{"apps": apps[:10]},
 		},
 	})

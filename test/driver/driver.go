@@ -58,9 +58,20 @@ type Stage struct {
 	RV string
 }
 
+// StageOption changes the Stage CreateStage makes.
+type StageOption func(spec map[string]any)
+
+// WithVerification gives the Stage a spec.verification, so that Kargo
+// would verify each promotion with an AnalysisRun.
+func WithVerification() StageOption {
+	return func(spec map[string]any) {
+		spec["verification"] = map[string]any{"analysisTemplates": []any{map[string]any{"name": "smoke-test"}}}
+	}
+}
+
 // CreateStage creates a Stage that requests Freight directly from a
 // Warehouse, with one promotion step. annotations may be nil.
-func (k *Kargo) CreateStage(ctx context.Context, ns, name string, annotations map[string]string) (*Stage, error) {
+func (k *Kargo) CreateStage(ctx context.Context, ns, name string, annotations map[string]string, opts ...StageOption) (*Stage, error) {
 	obj := &unstructured.Unstructured{Object: map[string]any{
 		"apiVersion": kargo.GroupVersion.String(),
 		"kind":       "Stage",
@@ -77,6 +88,9 @@ func (k *Kargo) CreateStage(ctx context.Context, ns, name string, annotations ma
 	}}
 	if annotations != nil {
 		obj.SetAnnotations(annotations)
+	}
+	for _, o := range opts {
+		o(obj.Object["spec"].(map[string]any))
 	}
 	created, err := k.client.Resource(kargo.StagesResource).Namespace(ns).Create(ctx, obj, metav1.CreateOptions{})
 	if err != nil {
@@ -134,6 +148,9 @@ func (s *Stage) FinishPromotion(ctx context.Context, phase string) (name string,
 		},
 	}
 	if phase == "Succeeded" {
+		if err := s.ensureFreight(ctx, freight); err != nil {
+			return "", err
+		}
 		history, err := s.pushFreight(ctx, freight)
 		if err != nil {
 			return "", err
