@@ -37,6 +37,13 @@ type fixture struct {
 
 func newFixture(t *testing.T, dryRun bool, stages ...*unstructured.Unstructured) *fixture {
 	t.Helper()
+	return newFixtureWith(t, dryRun, nil, stages...)
+}
+
+// newFixtureWith is newFixture with a hook that may add reactors before the
+// controller starts.
+func newFixtureWith(t *testing.T, dryRun bool, setup func(*fixture), stages ...*unstructured.Unstructured) *fixture {
+	t.Helper()
 	objs := make([]runtime.Object, len(stages))
 	for i, s := range stages {
 		objs[i] = s
@@ -52,6 +59,9 @@ func newFixture(t *testing.T, dryRun bool, stages ...*unstructured.Unstructured)
 		return false, nil, nil
 	})
 	f.kube = kubefake.NewClientset()
+	if setup != nil {
+		setup(f)
+	}
 	c, err := New(Config{
 		Dynamic:  f.client,
 		Kube:     f.kube,

@@ -2,6 +2,7 @@ package latch
 
 import (
 	"fmt"
+	"slices"
 	"testing"
 	"time"
 )
@@ -20,14 +21,26 @@ func observationsFrom(data []byte) (Settings, []Observation, []time.Duration) {
 	}
 	s := Settings{LatchDeadline: time.Duration(next()%4) * time.Minute, DegradedGrace: time.Duration(next()%4) * time.Minute}
 	s.PauseOnFailure = s.LatchDeadline%(2*time.Minute) == 0
+	s.MarkVerified = s.DegradedGrace%(2*time.Minute) == 0
+	hasVerification := s.DegradedGrace == time.Minute
 	phases := []PromotionPhase{PromotionSucceeded, PromotionFailed, PromotionErrored, PromotionAborted, "Running", "Bogus"}
 	healths := []Health{HealthMissing, HealthHealthy, HealthNotApplicable, HealthProgressing, HealthUnknown, HealthUnhealthy}
 	verifications := []VerificationPhase{VerificationSuccessful, VerificationFailed, VerificationError, VerificationPending, VerificationRunning, "Inconclusive"}
 	var obs []Observation
 	var steps []time.Duration
 	for len(data) > 0 && len(obs) < 64 {
-		p, h, f, v, dt := next(), next(), next(), next(), next()
-		o := Observation{Stage: "s", Health: healths[int(h)%len(healths)], PromotionRunning: f&0x80 != 0}
+		p, h, f, v, dt, a := next(), next(), next(), next(), next(), next()
+		o := Observation{Stage: "s", Health: healths[int(h)%len(healths)], PromotionRunning: f&0x80 != 0, HasVerification: hasVerification}
+		// Up to three Apps, each Healthy, Progressing or Degraded, and
+		// Synced or not: two bits of health and one of sync each.
+		appHealths := []string{"Healthy", "Progressing", "Degraded", "Healthy"}
+		for i := range int(a>>6) % 4 {
+			sync := "Synced"
+			if a&(1<<i) != 0 && i < 2 {
+				sync = "OutOfSync"
+			}
+			o.Apps = append(o.Apps, App{Name: fmt.Sprint("app", i), Namespace: "argocd", Health: appHealths[int(a>>(2*i))%4], Sync: sync})
+		}
 		if v&0x80 != 0 {
 			o.Pauses = []string{"pause-" + fmt.Sprint(v%3)}
 		}
@@ -40,6 +53,7 @@ func observationsFrom(data []byte) (Settings, []Observation, []time.Duration) {
 		}
 		if f%5 != 0 {
 			o.FreightID, o.Freight = fmt.Sprintf("F%d", f%5), fmt.Sprintf("f%d", f%5)
+			o.FreightNames = []string{o.Freight}
 		}
 		if v%4 != 0 {
 			msg := ""
@@ -110,6 +124,44 @@ func checkInvariants(t *testing.T, s Settings, prior Record, o Observation, now 
 		if got := Step(s, prior, healthy, now).Record.Phase; got != r.Phase {
 			t.Fatalf("Latched: Progressing gave %s but Healthy gave %s", r.Phase, got)
 		}
+	}
+
+	// After the latch, Progressing of any App never changes the phase
+	// either: the same step with those Apps Healthy ends the same.
+	if prior.Phase == PhaseLatched && !hasAction(res, ActionCycleStarted) {
+		healthyApps := o
+		healthyApps.Apps = nil
+		for _, a := range o.Apps {
+			if a.Health == "Progressing" {
+				a.Health = "Healthy"
+			}
+			healthyApps.Apps = append(healthyApps.Apps, a)
+		}
+		if got := Step(s, prior, healthyApps, now).Record.Phase; got != r.Phase {
+			t.Fatalf("Latched: Apps Progressing gave %s but Healthy gave %s", r.Phase, got)
+		}
+	}
+
+	// A Freight is marked only in a Latched cycle with mark-verified on and
+	// no pause, and once per cycle.
+	for _, a := range res.Actions {
+		if a.Kind != ActionMarkVerified {
+			continue
+		}
+		if !s.MarkVerified || r.Phase != PhaseLatched || len(o.Pauses) > 0 || r.LatchedAt == nil || !a.VerifiedAt.Equal(*r.LatchedAt) {
+			t.Fatalf("marked %v (settings %+v, phase %s, pauses %v)", a.Freight, s, r.Phase, o.Pauses)
+		}
+		if o.HasVerification && (o.Verification == nil || o.Verification.Phase != VerificationSuccessful) {
+			t.Fatalf("marked %v with verification %+v", a.Freight, o.Verification)
+		}
+		for _, f := range a.Freight {
+			if !hasAction(res, ActionCycleStarted) && slices.Contains(prior.Marked, f) {
+				t.Fatalf("marked %s twice in one cycle", f)
+			}
+		}
+	}
+	if len(r.AppsHealthy) > MaxApps {
+		t.Fatalf("record holds %d Apps", len(r.AppsHealthy))
 	}
 
 	// RequeueAfter is positive exactly when a time-based transition is

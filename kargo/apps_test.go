@@ -1,0 +1,76 @@
+package kargo
+
+import (
+	"encoding/json"
+	"fmt"
+	"strings"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+)
+
+func TestAppsFromOutput(t *testing.T) {
+	cases := map[string]struct {
+		output string
+		want   []AppStatus
+	}{
+		"Kargo's argocd-update output, as real Kargo writes it": {
+			output: `[{"applicationStatuses": [
+				{"Name": "test-a", "Namespace": "argocd", "health": {"status": "Progressing"},
+				 "sync": {"status": "Synced", "revision": "v2"},
+				 "operationState": {"phase": "Succeeded", "finishedAt": "2026-11-30T07:58:16Z"}},
+				{"Name": "test-b", "Namespace": "argocd", "health": {"status": "Healthy"}, "sync": {"status": "Synced", "revision": "v2"}}]}]`,
+			want: []AppStatus{
+				{Name: "test-a", Namespace: "argocd", Health: "Progressing", Sync: "Synced"},
+				{Name: "test-b", Namespace: "argocd", Health: "Healthy", Sync: "Synced"},
+			},
+		},
+		"two health checks' outputs are read together": {
+			output: `[{"applicationStatuses": [{"Name": "a", "Namespace": "x", "health": {"status": "Healthy"}, "sync": {"status": "Synced"}}]},
+			          {"applicationStatuses": [{"Name": "b", "Namespace": "y", "health": {"status": "Degraded"}, "sync": {"status": "OutOfSync"}}]}]`,
+			want: []AppStatus{{Name: "a", Namespace: "x", Health: "Healthy", Sync: "Synced"}, {Name: "b", Namespace: "y", Health: "Degraded", Sync: "OutOfSync"}},
+		},
+		"lowercase keys (a future Kargo with JSON tags) read the same": {
+			output: `[{"applicationStatuses": [{"name": "a", "namespace": "x", "health": {"status": "Healthy"}, "sync": {"status": "Synced"}}]}]`,
+			want:   []AppStatus{{Name: "a", Namespace: "x", Health: "Healthy", Sync: "Synced"}},
+		},
+		"missing health and sync read as empty": {
+			output: `[{"applicationStatuses": [{"Name": "a"}]}]`,
+			want:   []AppStatus{{Name: "a"}},
+		},
+		"no output":                     {output: `null`},
+		"an empty array":                {output: `[]`},
+		"an object, not an array":       {output: `{"applicationStatuses": [{"Name": "a"}]}`},
+		"another checker's output":      {output: `[{"deployments": [{"name": "a", "ready": true}]}]`},
+		"one known and one other check": {output: `[{"applicationStatuses": [{"Name": "a"}]}, {"other": 1}]`},
+		"an entry without a name":       {output: `[{"applicationStatuses": [{"Namespace": "x", "health": {"status": "Healthy"}}]}]`},
+		"entries of the wrong type":     {output: `[{"applicationStatuses": ["a", "b"]}]`},
+		"a string":                      {output: `"Healthy"`},
+		"numbers where strings belong":  {output: `[{"applicationStatuses": [{"Name": 7, "health": {"status": 1}}]}]`},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			var output any
+			if err := json.Unmarshal([]byte(tc.output), &output); err != nil {
+				t.Fatal(err)
+			}
+			if diff := cmp.Diff(tc.want, appsFromOutput(output)); diff != "" {
+				t.Errorf("appsFromOutput (-want +got):\n%s", diff)
+			}
+		})
+	}
+}
+
+func TestAppsFromOutputKeepsOneMoreThanTheLatchBound(t *testing.T) {
+	var entries []string
+	for i := range 500 {
+		entries = append(entries, fmt.Sprintf(`{"Name": "app-%d", "Namespace": "argocd", "health": {"status": "Healthy"}, "sync": {"status": "Synced"}}`, i))
+	}
+	var output any
+	if err := json.Unmarshal([]byte(`[{"applicationStatuses": [`+strings.Join(entries, ",")+`]}]`), &output); err != nil {
+		t.Fatal(err)
+	}
+	if got := len(appsFromOutput(output)); got != maxApps {
+		t.Errorf("kept %d Apps, want %d", got, maxApps)
+	}
+}

@@ -1,0 +1,212 @@
+package latch
+
+import (
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	"github.com/google/go-cmp/cmp/cmpopts"
+)
+
+func app(name, health string) App {
+	return App{Name: name, Namespace: "argocd", Health: health, Sync: "Synced"}
+}
+
+// flapping is what Kargo shows after p1 with two Apps: the aggregate is
+// Progressing whenever either App is.
+func flapping(a, b string) Observation {
+	return with(stageAfterP1(HealthProgressing), func(o *Observation) {
+		o.Stage, o.FreightNames = "test", []string{"f-p1"}
+		o.Apps = []App{app("a", a), app("b", b)}
+	})
+}
+
+func TestPerAppLatch(t *testing.T) {
+	s := defaults()
+	r := promoted()
+
+	// a is Healthy while b rolls out: a is remembered, nothing latches.
+	res := Step(s, r, flapping("Healthy", "Progressing"), at(minutes(1)))
+	if res.Record.Phase != PhasePromoted {
+		t.Fatalf("phase %s after one App was Healthy, want Promoted", res.Record.Phase)
+	}
+	if diff := cmp.Diff(map[string]time.Time{"argocd/a": at(minutes(1))}, res.Record.AppsHealthy); diff != "" {
+		t.Errorf("AppsHealthy (-want +got):\n%s", diff)
+	}
+
+	// a seen Healthy again does not move its first time.
+	res = Step(s, res.Record, flapping("Healthy", "Progressing"), at(minutes(2)))
+	if got := res.Record.AppsHealthy["argocd/a"]; !got.Equal(at(minutes(1))) {
+		t.Errorf("a's first Healthy moved to %v", got)
+	}
+
+	// b Healthy while a scales: every App has been Healthy, each at its
+	// own moment, so the cycle latches now although the Stage never was.
+	res = Step(s, res.Record, flapping("Progressing", "Healthy"), at(minutes(3)))
+	rec := res.Record
+	if rec.Phase != PhaseLatched || rec.LatchedBy != LatchedByApps || !rec.LatchedAt.Equal(at(minutes(3))) {
+		t.Fatalf("got phase %s by %q at %v, want Latched by Applications at %v", rec.Phase, rec.LatchedBy, rec.LatchedAt, at(minutes(3)))
+	}
+	want := []Action{{Kind: ActionLatched, Message: "every Application (2) was Healthy after promotion p1", TimeToLatch: minutes(3)}}
+	if diff := cmp.Diff(want, res.Actions); diff != "" {
+		t.Errorf("actions (-want +got):\n%s", diff)
+	}
+
+	// After the latch, nothing changes while the Apps go on flapping.
+	for i, o := range []Observation{flapping("Progressing", "Progressing"), flapping("Healthy", "Progressing"), flapping("Progressing", "Healthy")} {
+		o.PreviousHealth = HealthProgressing
+		next := Step(s, rec, o, at(minutes(4+i)))
+		if diff := cmp.Diff(rec, next.Record); diff != "" {
+			t.Errorf("flap %d changed the record (-before +after):\n%s", i, diff)
+		}
+	}
+}
+
+func TestPerAppLatchRules(t *testing.T) {
+	cases := map[string]struct {
+		obs         Observation
+		wantApps    []string
+		wantLatched bool
+	}{
+		"an App Healthy while the aggregate is Unhealthy (wrong revision) does not count": {
+			obs: with(flapping("Healthy", "Healthy"), func(o *Observation) { o.Health = HealthUnhealthy }),
+		},
+		"an App Healthy while the aggregate is Unknown does not count": {
+			obs: with(flapping("Healthy", "Healthy"), func(o *Observation) { o.Health = HealthUnknown }),
+		},
+		"an App Healthy but OutOfSync does not count": {
+			obs: with(flapping("Healthy", "Progressing"), func(o *Observation) { o.Apps[0].Sync = "OutOfSync" }),
+		},
+		"nothing counts while a promotion runs": {
+			obs: with(flapping("Healthy", "Healthy"), func(o *Observation) { o.PromotionRunning = true }),
+		},
+		"nothing counts after a promotion that did not succeed": {
+			obs: with(flapping("Healthy", "Healthy"), func(o *Observation) { o.LastPromotion = promo("p2", PromotionFailed, minutes(1)) }),
+		},
+		"both Apps Healthy at once under a Progressing aggregate latch by Applications": {
+			obs: flapping("Healthy", "Healthy"), wantApps: []string{"argocd/a", "argocd/b"}, wantLatched: true,
+		},
+		"no per-App data: only the aggregate rule": {
+			obs: with(flapping("Healthy", "Healthy"), func(o *Observation) { o.Apps = nil }),
+		},
+		"more Apps than the bound: only the aggregate rule": {
+			obs: with(stageAfterP1(HealthProgressing), func(o *Observation) {
+				for i := range MaxApps + 1 {
+					o.Apps = append(o.Apps, app(fmt.Sprint(i), "Healthy"))
+				}
+			}),
+		},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			res := Step(defaults(), promoted(), tc.obs, at(minutes(1)))
+			var apps []string
+			for k := range res.Record.AppsHealthy {
+				apps = append(apps, k)
+			}
+			if diff := cmp.Diff(tc.wantApps, apps, cmpopts.SortSlices(func(a, b string) bool { return a < b }), cmpopts.EquateEmpty()); diff != "" {
+				t.Errorf("AppsHealthy (-want +got):\n%s", diff)
+			}
+			if latched := res.Record.Phase == PhaseLatched; latched != tc.wantLatched {
+				t.Errorf("latched = %v, want %v (phase %s)", latched, tc.wantLatched, res.Record.Phase)
+			}
+		})
+	}
+}
+
+func TestPerAppLatchAfterwards(t *testing.T) {
+	s := defaults()
+	rec := Step(s, promoted(), flapping("Healthy", "Healthy"), at(minutes(1))).Record
+
+	// A Degraded App makes Kargo's aggregate Unhealthy: that degrades.
+	degradedApp := with(flapping("Healthy", "Degraded"), func(o *Observation) { o.Health = HealthUnhealthy })
+	res := Step(s, rec, degradedApp, at(minutes(2)))
+	if res.Record.Phase != PhaseDegraded {
+		t.Fatalf("phase %s with a Degraded App, want Degraded", res.Record.Phase)
+	}
+	// Past the grace it fails.
+	if got := Step(s, res.Record, degradedApp, at(minutes(8))).Record.Phase; got != PhaseFailed {
+		t.Errorf("phase %s past the grace, want Failed", got)
+	}
+
+	// A new cycle forgets the Apps of the last one.
+	next := with(flapping("Progressing", "Progressing"), func(o *Observation) {
+		o.LastPromotion, o.FreightID, o.FreightNames = promo("p2", PromotionSucceeded, minutes(3)), "F2", []string{"f-p2"}
+	})
+	res = Step(s, rec, next, at(minutes(4)))
+	if res.Record.Phase != PhasePromoted || len(res.Record.AppsHealthy) != 0 || res.Record.LatchedBy != "" {
+		t.Errorf("new cycle kept %v (phase %s, latched by %q)", res.Record.AppsHealthy, res.Record.Phase, res.Record.LatchedBy)
+	}
+}
+
+func TestMarkVerified(t *testing.T) {
+	on := defaults()
+	on.MarkVerified = true
+	latchedByApps := Step(on, promoted(), flapping("Healthy", "Healthy"), at(minutes(1)))
+	wantMark := Action{Kind: ActionMarkVerified, Freight: []string{"f-p1"}, VerifiedAt: at(minutes(1)),
+		Message: "promotion p1 latched (every Application was Healthy in this cycle)"}
+	if a, ok := actionOfKind(latchedByApps, ActionMarkVerified); !ok || !cmp.Equal(wantMark, a) {
+		t.Fatalf("latching with mark-verified on asked %+v, want %+v", a, wantMark)
+	}
+	if diff := cmp.Diff([]string{"f-p1"}, latchedByApps.Record.Marked); diff != "" {
+		t.Errorf("Marked (-want +got):\n%s", diff)
+	}
+	// Asked once per cycle and Freight.
+	if again := Step(on, latchedByApps.Record, flapping("Healthy", "Healthy"), at(minutes(2))); hasAction(again, ActionMarkVerified) {
+		t.Errorf("asked to mark again: %+v", again.Actions)
+	}
+
+	latchedRec := Step(defaults(), promoted(), flapping("Healthy", "Healthy"), at(minutes(1))).Record
+	verifiedStage := func(phase VerificationPhase, msg string) Observation {
+		return with(flapping("Healthy", "Healthy"), func(o *Observation) {
+			o.HasVerification = true
+			o.Verification = &Verification{ID: "v1", Phase: phase, Message: msg}
+		})
+	}
+	cases := map[string]struct {
+		settings Settings
+		prior    Record
+		obs      Observation
+		want     bool
+	}{
+		"a latched cycle, turned on later, is marked": {on, latchedRec, flapping("Progressing", "Healthy"), true},
+		"mark-verified off":                           {defaults(), latchedRec, flapping("Healthy", "Healthy"), false},
+		"paused":                                      {on, latchedRec, with(flapping("Healthy", "Healthy"), func(o *Observation) { o.Pauses = []string{"p"} }), false},
+		"held back after a refusal":                   {on, latchedRec, with(flapping("Healthy", "Healthy"), func(o *Observation) { o.MarkBlocked = true }), false},
+		"Degraded":                                    {on, degraded(minutes(1)), with(flapping("Healthy", "Healthy"), func(o *Observation) { o.Health = HealthUnhealthy }), false},
+		"Failed":                                      {on, failedAt(latchedRec, minutes(1), ReasonDegraded, "x"), flapping("Healthy", "Healthy"), false},
+		"still Promoted":                              {on, promoted(), flapping("Healthy", "Progressing"), false},
+		"a promotion running":                         {on, latchedRec, with(flapping("Healthy", "Healthy"), func(o *Observation) { o.PromotionRunning = true }), false},
+		"verification Pending":                        {on, latchedRec, verifiedStage(VerificationPending, ""), false},
+		"verification Running":                        {on, latchedRec, verifiedStage(VerificationRunning, ""), false},
+		"verification Failed":                         {on, latchedRec, verifiedStage(VerificationFailed, "analysis failed"), false},
+		"verification Error":                          {on, latchedRec, verifiedStage(VerificationError, ""), false},
+		"verification Inconclusive":                   {on, latchedRec, verifiedStage("Inconclusive", ""), false},
+		"verification aborted by a user":              {on, latchedRec, verifiedStage(VerificationFailed, UserAbortMessage), false},
+		"verification not started":                    {on, latchedRec, with(flapping("Healthy", "Healthy"), func(o *Observation) { o.HasVerification = true }), false},
+		"verification Successful":                     {on, latchedRec, verifiedStage(VerificationSuccessful, ""), true},
+		"already marked in this cycle":                {on, func() Record { r := latchedRec.clone(); r.Marked = []string{"f-p1"}; return r }(), flapping("Healthy", "Healthy"), false},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			res := Step(tc.settings, tc.prior, tc.obs, at(minutes(10)))
+			a, marked := actionOfKind(res, ActionMarkVerified)
+			if marked != tc.want {
+				t.Fatalf("asked to mark = %v, want %v (actions %+v)", marked, tc.want, res.Actions)
+			}
+			if marked && !a.VerifiedAt.Equal(*tc.prior.LatchedAt) {
+				t.Errorf("verifiedAt %v, want the latch time %v", a.VerifiedAt, tc.prior.LatchedAt)
+			}
+		})
+	}
+}
+
+func actionOfKind(res Result, kind ActionKind) (Action, bool) {
+	for _, a := range res.Actions {
+		if a.Kind == kind {
+			return a, true
+		}
+	}
+	return Action{}, false
+}
