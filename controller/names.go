@@ -1,10 +1,12 @@
 package controller
 
+import "github.com/kargo-latch/kargo-latch/kargo"
+
 // Annotations and labels of kargo-latch's on Stages (see the contract,
 // "Per-Stage settings" and "Operator-owned marks").
 const (
 	// StateAnnotation holds the durable latch record as JSON.
-	StateAnnotation = "kargo-latch.io/state"
+	StateAnnotation = kargo.StateAnnotation
 
 	PauseOnFailureAnnotation = "kargo-latch.io/pause-on-failure"
 	LatchDeadlineAnnotation  = "kargo-latch.io/latch-deadline"

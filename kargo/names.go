@@ -12,6 +12,9 @@ var (
 	FreightsResource   = GroupVersion.WithResource("freights")
 )
 
+// StateAnnotation is kargo-latch's own: the durable latch record as JSON.
+const StateAnnotation = OwnPrefix + "state"
+
 // Annotations of Kargo's that kargo-latch reads or writes.
 const (
 	// CreateActorAnnotation names who created a Promotion. Kargo's own

@@ -111,7 +111,9 @@ func stageFromMap(obj map[string]any) *Stage {
 	st := &StageStatus{
 		CurrentPromotion: str(status, "currentPromotion", "name"),
 		Health:           str(status, "health", "status"),
-		Apps:             appsFromOutput(field(status, "health", "output")),
+	}
+	if latch.ReadsApps(s.Annotations[StateAnnotation]) {
+		st.Apps = appsFromOutput(field(status, "health", "output"))
 	}
 	if lp, ok := status["lastPromotion"].(map[string]any); ok {
 		st.LastPromotion = &PromotionReference{

@@ -116,6 +116,21 @@ type VerificationRecord struct {
 	Message    string            `json:"message,omitempty"`
 }
 
+// ReadsApps reports whether the machine may read per-Application health for
+// a Stage whose record is encoded: only a cycle still waiting for its latch
+// does (and a Stage without a usable record, which starts one). The Stage
+// mirror keeps the Apps of only such Stages, so that thousands of latched
+// Stages with dozens of Apps each cost no memory for them.
+func ReadsApps(encoded string) bool {
+	var r struct {
+		Phase Phase `json:"phase"`
+	}
+	if encoded == "" || json.Unmarshal([]byte(encoded), &r) != nil {
+		return true
+	}
+	return r.Phase == PhasePromoted || !slices.Contains(Phases, r.Phase)
+}
+
 // IsZero reports whether r is "no record".
 func (r Record) IsZero() bool { return r.Phase == "" }
 

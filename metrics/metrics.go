@@ -78,7 +78,7 @@ func New(reg prometheus.Registerer, version string) *Recorder {
 		}, stageLabels),
 		InvalidInput: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: Namespace, Name: "invalid_input_total",
-			Help: "Unusable input found on a Stage, by kind: state (a garbage record), health (an unknown health string), status (no status).",
+			Help: "Unusable input found on a Stage, by kind: state (a garbage record), health (an unknown health string), status (no status), apps (more Applications than the per-App latch handles).",
 		}, []string{LabelProject, LabelStage, LabelInput}),
 		FreightVerified: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: Namespace, Name: "freight_verified_total",
