@@ -86,3 +86,20 @@ func FuzzDecode(f *testing.F) {
 		}
 	})
 }
+
+func TestReadsApps(t *testing.T) {
+	for value, want := range map[string]bool{
+		"":                                true, // no record: a first look may start a cycle
+		"{garbage":                        true, // garbage is no record
+		`{"phase":"Bogus"}`:               true,
+		promoted().Encode():               true,
+		latched().Encode():                false,
+		degraded(minutes(3)).Encode():     false,
+		Record{Phase: PhaseIdle}.Encode(): false,
+		failedAt(latched(), 0, ReasonDegraded, "x").Encode(): false,
+	} {
+		if got := ReadsApps(value); got != want {
+			t.Errorf("ReadsApps(%.40s) = %v, want %v", value, got, want)
+		}
+	}
+}
