@@ -3,6 +3,8 @@ package cli
 import (
 	"context"
 	"encoding/json"
+	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"sort"
@@ -26,16 +28,60 @@ import (
 
 // StageStatus is one row of `status`, and its JSON/YAML form.
 type StageStatus struct {
-	Project   string        `json:"project"`
-	Stage     string        `json:"stage"`
-	Phase     string        `json:"phase"`
-	Paused    bool          `json:"paused"`
-	Reason    string        `json:"reason,omitempty"`
-	Pauses    []string      `json:"pauses,omitempty"`
-	Since     *time.Time    `json:"since,omitempty"`
-	LatchedAt *time.Time    `json:"latchedAt,omitempty"`
-	Record    *latch.Record `json:"record,omitempty"`
+	Project   string     `json:"project"`
+	Stage     string     `json:"stage"`
+	Phase     string     `json:"phase"`
+	Paused    bool       `json:"paused"`
+	Reason    string     `json:"reason,omitempty"`
+	Pauses    []string   `json:"pauses,omitempty"`
+	Since     *time.Time `json:"since,omitempty"`
+	LatchedAt *time.Time `json:"latchedAt,omitempty"`
+	// Apps are the Argo CD Applications of the Stage's health output, each
+	// with when it was first seen Healthy in this cycle; absent when the
+	// Stage has no per-Application data. The list stops after one more
+	// than latch.MaxApps: beyond that the per-Application latch is off.
+	Apps []AppStatus `json:"apps,omitempty"`
+	// Freight names the Stage's current Freight (freightHistory[0]).
+	Freight []string `json:"freight,omitempty"`
+	// MarkedVerified is true when kargo-latch has marked every current
+	// Freight verified in this Stage in this cycle, or found it so, so that
+	// downstream Stages can receive it.
+	MarkedVerified bool          `json:"markedVerified"`
+	Record         *latch.Record `json:"record,omitempty"`
 }
+
+// statusHelp is `status -h`: what the columns mean.
+const statusHelp = `Usage:
+  kargo-latch status [STAGE] [-n PROJECT | -A] [-o table|json|yaml]
+
+Shows each Stage's latch cycle: its phase, how far its Argo CD Applications
+have got towards the latch, whether its Freight was marked verified, and the
+StagePauses that cover it.
+
+Columns:
+  PHASE     Idle, Promoted (waiting for the latch), Latched, Degraded, Failed.
+  APPS      N/M: N of the M Applications in the Stage's health output were
+            seen Healthy and Synced in this cycle, each at its own moment; the
+            cycle latches when all M were (or when the Stage is Healthy).
+            N alone: the Stage lists no Application now; N were seen Healthy.
+            >100: too many Applications; only the Stage's health counts.
+            -: no per-Application data; only the Stage's health counts.
+  PAUSED    yes while a StagePause covers the Stage.
+  REASON    the pause's reason, else the failure's.
+  PAUSES    the StagePauses that cover the Stage.
+  SINCE     when the Stage entered its phase, or was paused.
+  LATCHED   when the cycle latched.
+  VERIFIED  marked: kargo-latch marked the current Freight verified in this
+            Stage (or found it so), so downstream Stages can receive it.
+            -: not marked by kargo-latch: mark-verified is off, the cycle has
+            not latched, or the mark waits (a pause, a verification that has
+            not succeeded, a missing right). Kargo may have verified it itself.
+
+-o json and -o yaml add the current Freight, each Application with the time
+it was first seen Healthy in this cycle (seenHealthyAt), and the latch record.
+
+Flags: --kubeconfig PATH, --context NAME.
+`
 
 func status(ctx context.Context, args []string, out io.Writer) error {
 	c := newFlags("status")
@@ -46,6 +92,10 @@ func status(ctx context.Context, args []string, out io.Writer) error {
 	c.fs.StringVar(&output, "o", "table", "table, json or yaml")
 	c.fs.StringVar(&output, "output", "table", "table, json or yaml")
 	pos, err := c.parse(args)
+	if errors.Is(err, flag.ErrHelp) {
+		_, err = fmt.Fprint(out, statusHelp)
+		return err
+	}
 	if err != nil {
 		return err
 	}
@@ -147,6 +197,15 @@ func row(u *unstructured.Unstructured, pauses []v1alpha1.StagePause) StageStatus
 		}
 		r.Since = phaseSince(rec)
 	}
+	if st := kargo.StatusFromUnstructured(u); st != nil {
+		var seen map[string]time.Time
+		if r.Record != nil {
+			seen = r.Record.AppsHealthy
+		}
+		r.Apps = appStatuses(st.Apps, seen)
+		r.Freight = st.FreightNames
+		r.MarkedVerified = markedVerified(st.FreightNames, r.Record)
+	}
 	var earliest *time.Time
 	for _, p := range pauses {
 		if p.Namespace != u.GetNamespace() || p.DeletionTimestamp != nil || !p.Covers(u.GetName()) {
@@ -184,7 +243,7 @@ func phaseSince(r latch.Record) *time.Time {
 
 func printTable(out io.Writer, rows []StageStatus, withProject bool, now time.Time) error {
 	w := tabwriter.NewWriter(out, 0, 4, 3, ' ', 0)
-	header := "STAGE\tPHASE\tPAUSED\tREASON\tPAUSES\tSINCE\tLATCHED"
+	header := "STAGE\tPHASE\tAPPS\tPAUSED\tREASON\tPAUSES\tSINCE\tLATCHED\tVERIFIED"
 	if withProject {
 		header = "PROJECT\t" + header
 	}
@@ -194,7 +253,8 @@ func printTable(out io.Writer, rows []StageStatus, withProject bool, now time.Ti
 		if r.Paused {
 			paused = "yes"
 		}
-		cells := []string{r.Stage, r.Phase, paused, dash(r.Reason), dash(strings.Join(r.Pauses, ",")), age(r.Since, now), age(r.LatchedAt, now)}
+		cells := []string{r.Stage, r.Phase, appsCell(r), paused, dash(r.Reason), dash(strings.Join(r.Pauses, ",")),
+			age(r.Since, now), age(r.LatchedAt, now), verifiedCell(r)}
 		if withProject {
 			cells = append([]string{r.Project}, cells...)
 		}

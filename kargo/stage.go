@@ -7,6 +7,7 @@ import (
 	"unique"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 
 	"github.com/kargo-latch/kargo-latch/latch"
@@ -108,11 +109,28 @@ func stageFromMap(obj map[string]any) *Stage {
 	if !ok {
 		return s
 	}
+	s.Status = statusFromMap(status, latch.ReadsApps(s.Annotations[StateAnnotation]))
+	return s
+}
+
+// StatusFromUnstructured reads the whole of what kargo-latch reads of a
+// Stage's status, per-App health included whatever the latch phase (for
+// people: the operator's mirror drops it once a cycle has latched); nil when
+// the Stage has no status.
+func StatusFromUnstructured(u *unstructured.Unstructured) *StageStatus {
+	status, ok := u.Object["status"].(map[string]any)
+	if !ok {
+		return nil
+	}
+	return statusFromMap(status, true)
+}
+
+func statusFromMap(status map[string]any, withApps bool) *StageStatus {
 	st := &StageStatus{
 		CurrentPromotion: str(status, "currentPromotion", "name"),
 		Health:           str(status, "health", "status"),
 	}
-	if latch.ReadsApps(s.Annotations[StateAnnotation]) {
+	if withApps {
 		st.Apps = appsFromOutput(field(status, "health", "output"))
 	}
 	if lp, ok := status["lastPromotion"].(map[string]any); ok {
@@ -130,8 +148,7 @@ func stageFromMap(obj map[string]any) *Stage {
 			st.Verification = newestVerification(newest)
 		}
 	}
-	s.Status = st
-	return s
+	return st
 }
 
 func freightNames(collection map[string]any) []string {

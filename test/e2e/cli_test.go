@@ -4,15 +4,20 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
+	"maps"
 	"os/exec"
+	"slices"
 	"strings"
 	"testing"
 
+	"github.com/google/go-cmp/cmp"
 	"k8s.io/client-go/rest"
+	"sigs.k8s.io/yaml"
 
 	"github.com/kargo-latch/kargo-latch/cli"
 	"github.com/kargo-latch/kargo-latch/kargo"
 	"github.com/kargo-latch/kargo-latch/latch"
+	"github.com/kargo-latch/kargo-latch/test/driver"
 )
 
 // runCLI runs the real binary as a person with cfg's credentials.
@@ -32,6 +37,33 @@ func runCLI(t *testing.T, cfg *rest.Config, args ...string) (stdout, stderr stri
 	return out.String(), errb.String(), code
 }
 
+// checkTable checks the header of a `status` table, and that its rows are
+// exactly the Stages of want, each starting with the cells after the Stage
+// name that want gives, and ending with VERIFIED "-".
+func checkTable(t *testing.T, out string, want map[string][]string) {
+	t.Helper()
+	lines := strings.Split(strings.TrimSpace(out), "\n")
+	if got := strings.Join(strings.Fields(lines[0]), " "); got != "STAGE PHASE APPS PAUSED REASON PAUSES SINCE LATCHED VERIFIED" {
+		t.Errorf("header %q", lines[0])
+	}
+	missing := maps.Clone(want)
+	for _, l := range lines[1:] {
+		f := strings.Fields(l)
+		cells, ok := missing[f[0]]
+		if !ok {
+			t.Errorf("unexpected row %q", l)
+			continue
+		}
+		if got := f[1:min(len(f), 1+len(cells))]; !slices.Equal(got, cells) || f[len(f)-1] != "-" {
+			t.Errorf("row %q, want %v ... -", l, cells)
+		}
+		delete(missing, f[0])
+	}
+	if len(missing) != 0 {
+		t.Errorf("missing rows %v", missing)
+	}
+}
+
 func TestCLI(t *testing.T) {
 	t.Parallel()
 	ns := env.newProject(t)
@@ -48,38 +80,65 @@ func TestCLI(t *testing.T) {
 	}
 	waitPaused(t, pausedStage, true)
 
+	// Two Apps flapping out of phase: the first has been Healthy, so the
+	// per-Application latch is half way.
+	apps := env.createStage(t, ns, "apps", nil)
+	_, err := apps.StartPromotion(ctx)
+	must(t, err)
+	_, err = apps.FinishPromotion(ctx, "Succeeded")
+	must(t, err)
+	must(t, apps.SetAppsHealth(ctx, kargo.HealthProgressing,
+		driver.App{Name: "front", Health: kargo.HealthHealthy}, driver.App{Name: "back", Health: kargo.HealthProgressing}))
+	waitFor(t, "front to be seen Healthy", func() bool {
+		r := stageRecord(t, apps)
+		return r.Phase == latch.PhasePromoted && len(r.AppsHealthy) == 1
+	})
+
 	out, errOut, code = runCLI(t, admin, "status", "-n", ns)
 	if code != 0 {
 		t.Fatalf("status: exit %d: %s", code, errOut)
 	}
 	t.Logf("kargo-latch status -n %s:\n%s", ns, out)
-	lines := strings.Split(strings.TrimSpace(out), "\n")
-	if got := strings.Fields(lines[0]); strings.Join(got, " ") != "STAGE PHASE PAUSED REASON PAUSES SINCE LATCHED" {
-		t.Errorf("header %q", lines[0])
+	checkTable(t, out, map[string][]string{
+		"apps":     {"Promoted", "1/2", "no", "-", "-"},
+		"degraded": {"Degraded", "-", "no", "-", "-"},
+		"latched":  {"Latched", "-", "no", "-", "-"},
+		"paused":   {"Latched", "-", "yes", "Incident"},
+	})
+
+	// The second App Healthy, while the first is not any more: the cycle
+	// latches. Nobody asked to mark the Freight verified.
+	must(t, apps.SetAppsHealth(ctx, kargo.HealthProgressing,
+		driver.App{Name: "front", Health: kargo.HealthProgressing}, driver.App{Name: "back", Health: kargo.HealthHealthy}))
+	rec := waitPhase(t, apps, latch.PhaseLatched)
+	out, errOut, code = runCLI(t, admin, "status", "apps", "-n", ns)
+	if code != 0 {
+		t.Fatalf("status apps: exit %d: %s", code, errOut)
 	}
-	wantRows := map[string][]string{
-		"degraded": {"Degraded", "no", "-", "-"},
-		"latched":  {"Latched", "no", "-", "-"},
-		"paused":   {"Latched", "yes", "Incident"},
+	t.Logf("kargo-latch status apps -n %s:\n%s", ns, out)
+	checkTable(t, out, map[string][]string{"apps": {"Latched", "2/2", "no", "-", "-"}})
+
+	out, _, code = runCLI(t, admin, "status", "apps", "-n", ns, "-o", "yaml")
+	var rows []cli.StageStatus
+	if code != 0 || yaml.Unmarshal([]byte(out), &rows) != nil || len(rows) != 1 {
+		t.Fatalf("status apps -o yaml: exit %d, %q", code, out)
 	}
-	for _, l := range lines[1:] {
-		f := strings.Fields(l)
-		want, ok := wantRows[f[0]]
-		if !ok {
-			t.Errorf("unexpected row %q", l)
-			continue
-		}
-		if strings.Join(f[1:1+len(want)], " ") != strings.Join(want, " ") {
-			t.Errorf("row %q, want %v", l, want)
-		}
-		delete(wantRows, f[0])
+	t.Logf("kargo-latch status apps -n %s -o yaml:\n%s", ns, out)
+	front, back := rec.AppsHealthy["argocd/front"], rec.AppsHealthy["argocd/back"]
+	wantApps := []cli.AppStatus{
+		{Name: "front", Namespace: "argocd", Health: kargo.HealthProgressing, Sync: "Synced", SeenHealthyAt: &front},
+		{Name: "back", Namespace: "argocd", Health: kargo.HealthHealthy, Sync: "Synced", SeenHealthyAt: &back},
 	}
-	if len(wantRows) != 0 {
-		t.Errorf("missing rows %v", wantRows)
+	if diff := cmp.Diff(wantApps, rows[0].Apps); diff != "" {
+		t.Errorf("status -o yaml apps (-want +got):\n%s", diff)
+	}
+	if !front.Before(back) || rows[0].LatchedAt == nil || !rows[0].LatchedAt.Equal(back) || rows[0].MarkedVerified {
+		t.Errorf("status -o yaml: front seen at %v, back at %v, latchedAt %v, markedVerified %v; want back after front, the latch then, and no mark",
+			front, back, rows[0].LatchedAt, rows[0].MarkedVerified)
 	}
 
 	out, _, code = runCLI(t, admin, "status", "paused", "-n", ns, "-o", "json")
-	var rows []cli.StageStatus
+	rows = nil
 	if code != 0 || json.Unmarshal([]byte(out), &rows) != nil || len(rows) != 1 || !rows[0].Paused || rows[0].Record == nil {
 		t.Errorf("status -o json: exit %d, %q", code, out)
 	}
