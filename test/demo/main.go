@@ -2,8 +2,11 @@
 // it runs in a real one. It starts kube-apiserver and etcd (built from Go
 // modules), installs Kargo's CRDs and kargo-latch's shipped manifests, runs
 // two replicas of the real binary with leader election as their own
-// ServiceAccount, and drives a Kargo project through a story while
-// narrating. Run it with `make demo`; DEMO_KEEP=1 keeps the cluster up.
+// ServiceAccount, and drives a Kargo project through two stories while
+// narrating: Apps that flap out of phase, latched per App and their Freight
+// marked verified so that it flows downstream; then a failure that pauses a
+// Stage until a person resumes it. Run it with `make demo`; DEMO_KEEP=1
+// keeps the cluster up.
 package main
 
 import (
@@ -15,6 +18,7 @@ import (
 	"os/signal"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"syscall"
 	"time"
 
@@ -72,8 +76,9 @@ func run(ctx context.Context) error {
 	}
 	defer d.stopReplicas()
 	if err := d.play(ctx); err != nil {
+		// The cluster's directory, logs included, goes with the cluster.
 		for _, r := range d.replicas {
-			fmt.Fprintf(os.Stderr, "operator log: %s\n", r.log)
+			fmt.Fprintf(os.Stderr, "last lines of %s's log:\n%s\n", r.name, tail(r.log, 30))
 		}
 		return err
 	}
@@ -111,7 +116,7 @@ func setUp(ctx context.Context, c *cluster.Cluster) (*demo, error) {
 		dev:     dynamic.NewForConfigOrDie(c.UserConfig(devToken)),
 		lead:    dynamic.NewForConfigOrDie(c.UserConfig(leadToken)),
 	}
-	objs, err := cluster.Kustomize(filepath.Join(c.Root, "manifests", "default"))
+	objs, err := installWithMarkVerified(c)
 	if err != nil {
 		return nil, err
 	}
@@ -124,6 +129,7 @@ func setUp(ctx context.Context, c *cluster.Cluster) (*demo, error) {
 		return nil, err
 	}
 	say("  applied manifests/default: the StagePause CRD, kargo-latch's RBAC, the pause gate and the people's roles")
+	say("  and components/mark-verified (an overlay, as in your own repo): kargo-latch may mark Freight verified")
 	say("  dev is bound to kargo-latch-pauser, lead to kargo-latch-resumer, in project %q", project)
 
 	for who, cfg := range map[*string]string{&d.adminKubeconfig: cluster.AdminToken, &d.devKubeconfig: devToken, &d.leadKubeconfig: leadToken} {
@@ -185,6 +191,16 @@ func (d *demo) stopReplicas() {
 	}
 }
 
+// tail is the last n lines of a file.
+func tail(path string, n int) string {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return err.Error()
+	}
+	lines := strings.Split(strings.TrimRight(string(b), "\n"), "\n")
+	return strings.Join(lines[max(0, len(lines)-n):], "\n")
+}
+
 // keep leaves the cluster and the operator running until interrupted.
 func (d *demo) keep(ctx context.Context) error {
 	say("")
@@ -194,6 +210,29 @@ func (d *demo) keep(ctx context.Context) error {
 	say("Press Ctrl-C to stop and clean up.")
 	<-ctx.Done()
 	return nil
+}
+
+// installWithMarkVerified renders what an operator of kargo-latch would
+// apply to let it mark Freight verified: an overlay of their own that takes
+// the default install and adds the opt-in mark-verified component.
+func installWithMarkVerified(c *cluster.Cluster) ([]*unstructured.Unstructured, error) {
+	overlay := filepath.Join(c.Dir, "overlay")
+	if err := os.MkdirAll(overlay, 0o700); err != nil {
+		return nil, err
+	}
+	install, err := filepath.Rel(overlay, filepath.Join(c.Root, "manifests", "default"))
+	if err != nil {
+		return nil, err
+	}
+	component, err := filepath.Rel(overlay, filepath.Join(c.Root, "manifests", "components", "mark-verified"))
+	if err != nil {
+		return nil, err
+	}
+	kustomization := fmt.Sprintf("apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\nresources: [%q]\ncomponents: [%q]\n", install, component)
+	if err := os.WriteFile(filepath.Join(overlay, "kustomization.yaml"), []byte(kustomization), 0o600); err != nil {
+		return nil, err
+	}
+	return cluster.Kustomize(overlay)
 }
 
 func demoRBAC() []*unstructured.Unstructured {

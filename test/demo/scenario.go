@@ -16,6 +16,17 @@ import (
 
 func (d *demo) play(ctx context.Context) error {
 	k := driver.New(d.admin)
+	if err := d.playOutOfPhaseApps(ctx, k); err != nil {
+		return err
+	}
+	return d.playFailureAndPause(ctx, k)
+}
+
+// playFailureAndPause is the second story: a latch that holds through
+// flapping, a failure that pauses the Stage, the gate, and the people's
+// rights to pause and resume.
+func (d *demo) playFailureAndPause(ctx context.Context, k *driver.Kargo) error {
+	say("")
 	prod, err := k.CreateStage(ctx, project, "prod", map[string]string{
 		controller.DegradedGraceAnnotation:  "4s",
 		controller.PauseOnFailureAnnotation: "true",
@@ -31,10 +42,9 @@ func (d *demo) play(ctx context.Context) error {
 	if err := d.waitFor(ctx, "the operator to see the Stages", func() bool { return d.phase(ctx, prod) == latch.PhaseIdle }); err != nil {
 		return err
 	}
-	say("  %s leads; the other replica stands by with warm caches", d.leader().name)
 
 	say("")
-	say("1. Kargo promotes new Freight to qa and prod; the apps roll out, then autoscale")
+	say("2. Kargo promotes new Freight to qa and prod; the apps roll out, then autoscale")
 	for _, s := range []*driver.Stage{qa, prod} {
 		if _, err := s.StartPromotion(ctx); err != nil {
 			return err
@@ -77,7 +87,7 @@ func (d *demo) play(ctx context.Context) error {
 	d.showStatus()
 
 	say("")
-	say("2. prod breaks: Kargo reports Unhealthy, and nothing else changes")
+	say("3. prod breaks: Kargo reports Unhealthy, and nothing else changes")
 	if err := prod.SetHealth(ctx, kargo.HealthUnhealthy, `Argo CD Application "prod" has health state "Degraded"`); err != nil {
 		return err
 	}
@@ -93,7 +103,7 @@ func (d *demo) play(ctx context.Context) error {
 	d.showStatus()
 
 	say("")
-	say("3. Kargo's controller tries to auto-promote newer Freight to prod")
+	say("4. Kargo's controller tries to auto-promote newer Freight to prod")
 	_, err = driver.CreatePromotion(ctx, d.kargo, project, "prod", "")
 	if err == nil {
 		return errGate
@@ -105,7 +115,7 @@ func (d *demo) play(ctx context.Context) error {
 	say("   auto-promotion to qa still passes")
 
 	say("")
-	say("4. dev (kargo-latch-pauser) pauses qa too, but cannot resume prod")
+	say("5. dev (kargo-latch-pauser) pauses qa too, but cannot resume prod")
 	d.cli("dev", d.devKubeconfig, "pause", "qa", "--reason", "Manual", "--message", "checking qa during the prod incident")
 	d.cli("dev", d.devKubeconfig, "resume", "prod")
 	if err := d.waitFor(ctx, "qa paused", func() bool { return d.paused(ctx, qa) }); err != nil {
@@ -114,7 +124,7 @@ func (d *demo) play(ctx context.Context) error {
 	d.showStatus()
 
 	say("")
-	say("5. lead (kargo-latch-resumer) resumes both")
+	say("6. lead (kargo-latch-resumer) resumes both")
 	d.cli("lead", d.leadKubeconfig, "resume", "prod")
 	d.cli("lead", d.leadKubeconfig, "resume", "qa")
 	if err := d.waitFor(ctx, "the resume", func() bool { return !d.paused(ctx, prod) && !d.paused(ctx, qa) }); err != nil {
@@ -134,6 +144,9 @@ func (d *demo) play(ctx context.Context) error {
 	say("   Kargo's auto-promotion to prod is allowed again")
 	d.showMetrics("kargo_latch_stage_paused", "kargo_latch_resumes_total")
 	d.showStatus()
+	if err := d.waitForEvents(ctx, "prod", controller.ReasonStageResumed); err != nil {
+		return err
+	}
 	d.showEvents(ctx, "prod")
 	pauses, _ := d.admin.Resource(v1alpha1.StagePausesResource).Namespace(project).List(ctx, metav1.ListOptions{})
 	say("")

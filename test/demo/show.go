@@ -7,9 +7,11 @@ import (
 	"io"
 	"net/http"
 	"sort"
+	"strconv"
 	"strings"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/kargo-latch/kargo-latch/cli"
@@ -19,14 +21,7 @@ import (
 )
 
 func (d *demo) phase(ctx context.Context, s *driver.Stage) latch.Phase {
-	u, err := s.Get(ctx)
-	if err != nil {
-		return ""
-	}
-	r, err := latch.Decode(u.GetAnnotations()[controller.StateAnnotation])
-	if err != nil {
-		return ""
-	}
+	r, _ := d.record(ctx, s)
 	return r.Phase
 }
 
@@ -84,6 +79,26 @@ func scrape(url string) string {
 	return string(b)
 }
 
+// syncs is how many Stage syncs both replicas have made together (the
+// counts of their reconcile duration histograms), so that it only grows,
+// whichever replica leads; -1 when a replica cannot be scraped.
+func (d *demo) syncs() float64 {
+	total := 0.0
+	for _, r := range d.replicas {
+		metrics := scrape(r.metricsURL)
+		if metrics == "" {
+			return -1
+		}
+		for _, line := range strings.Split(metrics, "\n") {
+			if value, ok := strings.CutPrefix(line, "kargo_latch_reconcile_duration_seconds_count "); ok {
+				v, _ := strconv.ParseFloat(value, 64)
+				total += v
+			}
+		}
+	}
+	return total
+}
+
 // showMetrics prints the leader's non-zero lines of the named metrics.
 func (d *demo) showMetrics(names ...string) {
 	r := d.leader()
@@ -98,13 +113,14 @@ func (d *demo) showMetrics(names ...string) {
 	}
 }
 
-func (d *demo) showEvents(ctx context.Context, stage string) {
+// events lists the Events about a Stage in the order they happened.
+func (d *demo) events(ctx context.Context, stage string) []corev1.Event {
 	list, err := d.kube.CoreV1().Events(project).List(ctx, metav1.ListOptions{FieldSelector: "involvedObject.name=" + stage})
 	if err != nil {
-		return
+		return nil
 	}
 	// Timestamps have one-second precision; break ties in story order.
-	rank := map[string]int{"HealthLatched": 1, "StageDegraded": 2, "LatchFailed": 3, "StagePaused": 4, "PromotionDrained": 5, "StageResumed": 6}
+	rank := map[string]int{"HealthLatched": 1, "FreightVerified": 2, "StageDegraded": 3, "LatchFailed": 4, "StagePaused": 5, "PromotionDrained": 6, "StageResumed": 7}
 	sort.SliceStable(list.Items, func(i, j int) bool {
 		a, b := list.Items[i], list.Items[j]
 		if !a.FirstTimestamp.Equal(&b.FirstTimestamp) {
@@ -112,8 +128,35 @@ func (d *demo) showEvents(ctx context.Context, stage string) {
 		}
 		return rank[a.Reason] < rank[b.Reason]
 	})
+	return list.Items
+}
+
+func (d *demo) countEvents(ctx context.Context, stage, reason string) int {
+	n := 0
+	for _, e := range d.events(ctx, stage) {
+		if e.Reason == reason {
+			n += int(max(1, e.Count))
+		}
+	}
+	return n
+}
+
+// waitForEvents waits until the Stage has an Event of each reason: most of
+// kargo-latch's Events are sent asynchronously, after the record is stored.
+func (d *demo) waitForEvents(ctx context.Context, stage string, reasons ...string) error {
+	return d.waitFor(ctx, "Events "+strings.Join(reasons, ", "), func() bool {
+		for _, r := range reasons {
+			if d.countEvents(ctx, stage, r) == 0 {
+				return false
+			}
+		}
+		return true
+	})
+}
+
+func (d *demo) showEvents(ctx context.Context, stage string) {
 	say("   Events on Stage %s (kubectl get events -n %s):", stage, project)
-	for _, e := range list.Items {
+	for _, e := range d.events(ctx, stage) {
 		say("     %-8s %-15s %s", e.Type, e.Reason, e.Message)
 	}
 }
