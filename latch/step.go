@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strings"
 	"time"
+	"unicode/utf8"
 )
 
 // Step advances one Stage's latch record by one observation. It is pure: the
@@ -361,6 +362,7 @@ func (m *machine) fail(reason FailureReason, msg string) {
 	if m.rec.Phase == PhaseFailed {
 		return
 	}
+	msg = bounded(msg)
 	m.markFailed(reason, msg)
 	m.act(Action{Kind: ActionFailed, Reason: reason, Message: msg})
 	if m.settings.PauseOnFailure && m.obs.Stage != "" {
@@ -405,6 +407,7 @@ func (m *machine) trackPauses(before []string) {
 }
 
 func (m *machine) markFailed(reason FailureReason, msg string) {
+	msg = bounded(msg)
 	start := m.now
 	if m.rec.PromotedAt != nil {
 		start = *m.rec.PromotedAt
@@ -421,12 +424,17 @@ func (m *machine) pushVerification(phase VerificationPhase, start time.Time, msg
 		StartTime:  start,
 		FinishTime: m.now,
 		Phase:      phase,
-		Message:    msg,
+		Message:    bounded(msg),
 	}
 	m.rec.Verification = &v
 	m.rec.History = append([]VerificationRecord{v}, m.rec.History...)
 	if len(m.rec.History) > HistoryLimit {
 		m.rec.History = m.rec.History[:HistoryLimit]
+	}
+	// Records written before messages were bounded are bounded as they
+	// pass through.
+	for i := range m.rec.History {
+		m.rec.History[i].Message = bounded(m.rec.History[i].Message)
 	}
 }
 
@@ -454,11 +462,32 @@ func describe(h Health) string {
 	return string(h)
 }
 
+// MaxMessage bounds each message the record keeps. Kargo's verification
+// messages can be an AnalysisRun's whole error output (100 KB and more);
+// copied into the failure, the verification and the history unbounded, the
+// record would outgrow what the API server accepts in an annotation and
+// never be stored, and the failure would go unnoticed.
+const MaxMessage = 1024
+
 func withDetail(s, detail string) string {
 	if detail == "" {
 		return s
 	}
 	return s + ": " + detail
+}
+
+// bounded cuts msg to at most MaxMessage bytes, on a UTF-8 boundary, and
+// says that it did.
+func bounded(msg string) string {
+	if len(msg) <= MaxMessage {
+		return msg
+	}
+	const cut = " … (truncated)"
+	end := MaxMessage - len(cut)
+	for end > 0 && !utf8.RuneStart(msg[end]) {
+		end--
+	}
+	return msg[:end] + cut
 }
 
 func firstNonEmpty(a, b string) string {

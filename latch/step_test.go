@@ -1,9 +1,11 @@
 package latch
 
 import (
+	"fmt"
 	"strings"
 	"testing"
 	"time"
+	"unicode/utf8"
 
 	"github.com/google/go-cmp/cmp"
 	"github.com/google/go-cmp/cmp/cmpopts"
@@ -527,5 +529,37 @@ func TestPauseNamesAreStableAndValid(t *testing.T) {
 	other := Step(s, degraded(minutes(3)), with(obs, func(o *Observation) { o.Stage = "qa" }), at(minutes(8)))
 	if other.Record.Failure.Pause == a.Record.Failure.Pause {
 		t.Errorf("two Stages share the pause name %q", a.Record.Failure.Pause)
+	}
+}
+
+// A verification failure with an AnalysisRun's whole output as its message
+// still fails the cycle, once, and the record stays small enough to store.
+func TestLongVerificationMessageStillFails(t *testing.T) {
+	s := defaults()
+	s.PauseOnFailure = true
+	long := strings.Repeat("error: metric \"success-rate\" assessed Failed ⚠ ", 2500) // ~100 KB, multi-byte runes
+	rec := latched()
+	for i := range HistoryLimit + 2 {
+		obs := with(stageAfterP1(HealthHealthy), func(o *Observation) {
+			o.Stage = "prod"
+			o.LastPromotion = promo(fmt.Sprint("p", i+2), PromotionSucceeded, minutes(i))
+			o.FreightID = fmt.Sprint("F", i+2)
+			o.Verification = &Verification{ID: fmt.Sprint("v", i), Phase: VerificationFailed, Message: long}
+		})
+		res := Step(s, rec, obs, at(minutes(i+1)))
+		if res.Record.Phase != PhaseFailed || !hasAction(res, ActionCreatePause) {
+			t.Fatalf("cycle %d: phase %s, actions %+v; want Failed with one pause", i, res.Record.Phase, res.Actions)
+		}
+		rec = res.Record
+	}
+	enc := rec.Encode()
+	if len(enc) > 32*1024 {
+		t.Errorf("record is %d bytes with long messages, want at most 32 KiB", len(enc))
+	}
+	if !utf8.ValidString(enc) {
+		t.Error("truncation split a rune")
+	}
+	if m := rec.Failure.Message; len(m) > MaxMessage || !strings.HasSuffix(m, "(truncated)") {
+		t.Errorf("failure message is %d bytes, ends %q", len(m), m[max(0, len(m)-20):])
 	}
 }

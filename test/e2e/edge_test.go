@@ -113,3 +113,33 @@ func TestMalformedKargoObjectsAreRefused(t *testing.T) {
 		t.Errorf("a Promotion without spec.stage: %v, want Invalid", err)
 	}
 }
+
+// A verification that fails with an AnalysisRun's whole output as its
+// message (100 KB) fails the latched Stage at once and pauses it exactly
+// once: the record bounds every message, so it can still be stored.
+func TestLongVerificationMessageFailsAndPausesOnce(t *testing.T) {
+	t.Parallel()
+	ns := env.newProject(t)
+	settings := fastSettings()
+	settings.PauseOnFailure = true
+	startOperator(t, ns, settings)
+	s := env.createStage(t, ns, "prod", nil)
+	promoteAndLatch(t, s)
+	long := strings.Repeat("metric \"error-rate\" assessed Failed: 0.31 > 0.05; ", 2000) // ~100 KB
+	_, err := s.SetVerification(ctx, "Failed", long)
+	must(t, err)
+	waitPaused(t, s, true)
+	r := stageRecord(t, s)
+	if r.Phase != latch.PhaseFailed || r.Failure.Reason != latch.ReasonVerificationFailed {
+		t.Fatalf("phase %s, failure %+v; want Failed with VerificationFailed", r.Phase, r.Failure)
+	}
+	if n := len(r.Failure.Message); n > latch.MaxMessage {
+		t.Errorf("failure message kept %d bytes, want at most %d", n, latch.MaxMessage)
+	}
+	// The same failure seen again (Kargo rewrites the status) adds nothing.
+	must(t, s.SetHealth(ctx, kargo.HealthHealthy))
+	settle()
+	if pauses := env.listPauses(t, ns); len(pauses) != 1 {
+		t.Errorf("%d StagePauses for one failure, want 1", len(pauses))
+	}
+}
