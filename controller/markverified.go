@@ -60,8 +60,10 @@ func (c *Controller) markVerified(ctx context.Context, stage *kargo.Stage, rec l
 			logger.V(2).Info("Freight is already verified in the Stage", "freight", name)
 			continue
 		}
-		msg := fmt.Sprintf("Marked Freight %s verified in Stage %s at %s: %s", name, stage.Name, a.VerifiedAt.UTC().Format(time.RFC3339), a.Message)
-		if err := c.eventOnce(ctx, stage, "verified", cycleOf(rec)+"\x00"+name, corev1.EventTypeNormal, ReasonFreightVerified, msg); err != nil {
+		// No time in the message: a retry after a crash between the Event
+		// and the patch may latch, and so mark, a moment later.
+		msg := fmt.Sprintf("Marked Freight %s verified in Stage %s: %s", name, stage.Name, a.Message)
+		if err := c.eventOnce(ctx, stage, "verified", rec.Cycle()+"\x00"+name, corev1.EventTypeNormal, ReasonFreightVerified, msg); err != nil {
 			return err
 		}
 		patch, _ := json.Marshal(map[string]any{
@@ -84,11 +86,12 @@ func (c *Controller) markVerified(ctx context.Context, stage *kargo.Stage, rec l
 }
 
 // markForbidden reports a refused mark once per cycle, counts every refused
-// try, and holds further tries back for markRetryAfter.
+// try, and holds further tries of this cycle back for markRetryAfter.
 func (c *Controller) markForbidden(stage *kargo.Stage, m *memo, rec latch.Record, err error, now time.Time) {
 	c.cfg.Metrics.MarkVerifiedErrors.WithLabelValues(stage.Namespace, stage.Name).Inc()
 	m.markRetryAt = now.Add(markRetryAfter)
-	if warnOnce(&m.markForbiddenCycle, cycleOf(rec)) {
+	m.markHeldCycle = rec.Cycle()
+	if warnOnce(&m.markForbiddenCycle, rec.Cycle()) {
 		c.warn(stage, ReasonMarkVerifiedForbidden,
 			"mark-verified is on, but kargo-latch may not mark Freight verified (%v); install the mark-verified component (manifests/components/mark-verified) or turn %s off. The latch and pauses are not affected; kargo-latch tries again every %s",
 			err, MarkVerifiedAnnotation, markRetryAfter)
@@ -102,5 +105,11 @@ func (c *Controller) reportDryRunMark(ctx context.Context, stage *kargo.Stage, a
 		fmt.Sprintf("Dry run: would mark Freight %s verified in Stage %s: %s", strings.Join(a.Freight, ", "), stage.Name, a.Message))
 }
 
-// cycleOf identifies a record's latch cycle.
-func cycleOf(r latch.Record) string { return r.FreightID + "\x00" + r.Promotion }
+// markHeld names the cycle whose marking waits for a retry after a
+// refusal, if any: a new cycle is tried at once.
+func (m *memo) markHeld(now time.Time) string {
+	if now.Before(m.markRetryAt) {
+		return m.markHeldCycle
+	}
+	return ""
+}

@@ -19,9 +19,10 @@ type memo struct {
 	badHealth     string       // last unknown health string reported
 	statusMissing bool         // a missing status was reported
 	tooManyApps   bool         // a Stage listing too many Apps was reported
-	// markRetryAt holds marking back after the right was refused, and
-	// markForbiddenCycle is the cycle whose refusal was reported.
+	// markRetryAt holds marking in markHeldCycle back after the right was
+	// refused; markForbiddenCycle is the cycle whose refusal was reported.
 	markRetryAt        time.Time
+	markHeldCycle      string
 	markForbiddenCycle string
 	// dryRunRecord stands in for the annotation in --dry-run, which writes
 	// nothing; nil when there is none.

@@ -111,7 +111,7 @@ func (c *Controller) mark(ctx context.Context, stage *kargo.Stage, m *memo, sett
 
 // markRetry says when a Stage whose marking was refused should try again.
 func (c *Controller) markRetry(m *memo, now time.Time) time.Duration {
-	if now.Before(m.markRetryAt) {
+	if now.Before(m.markRetryAt) && m.markHeldCycle != "" {
 		return m.markRetryAt.Sub(now)
 	}
 	return 0
@@ -121,7 +121,7 @@ func (c *Controller) markRetry(m *memo, now time.Time) time.Duration {
 func (c *Controller) step(stage *kargo.Stage, m *memo, settings latch.Settings, pauses []*v1alpha1.StagePause, now time.Time) (latch.Result, latch.Observation) {
 	prior := c.priorRecord(stage, m)
 	obs, unknownHealth := observe(stage, m.health)
-	obs.MarkBlocked = now.Before(m.markRetryAt)
+	obs.MarkHeldCycle = m.markHeld(now)
 	c.reportHealth(stage, m, unknownHealth)
 	c.reportApps(stage, m, len(obs.Apps))
 	for _, p := range pauses {

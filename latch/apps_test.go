@@ -173,7 +173,7 @@ func TestMarkVerified(t *testing.T) {
 		"a latched cycle, turned on later, is marked": {on, latchedRec, flapping("Progressing", "Healthy"), true},
 		"mark-verified off":                           {defaults(), latchedRec, flapping("Healthy", "Healthy"), false},
 		"paused":                                      {on, latchedRec, with(flapping("Healthy", "Healthy"), func(o *Observation) { o.Pauses = []string{"p"} }), false},
-		"held back after a refusal":                   {on, latchedRec, with(flapping("Healthy", "Healthy"), func(o *Observation) { o.MarkBlocked = true }), false},
+		"held back after a refusal":                   {on, latchedRec, with(flapping("Healthy", "Healthy"), func(o *Observation) { o.MarkHeldCycle = latchedRec.Cycle() }), false},
 		"Degraded":                                    {on, degraded(minutes(1)), with(flapping("Healthy", "Healthy"), func(o *Observation) { o.Health = HealthUnhealthy }), false},
 		"Failed":                                      {on, failedAt(latchedRec, minutes(1), ReasonDegraded, "x"), flapping("Healthy", "Healthy"), false},
 		"still Promoted":                              {on, promoted(), flapping("Healthy", "Progressing"), false},

@@ -107,9 +107,10 @@ type Observation struct {
 	// Kargo wrote no output or one of a shape kargo-latch does not know:
 	// then only the aggregate health counts.
 	Apps []App
-	// MarkBlocked stops the machine from asking to mark Freight verified
-	// (the operator lacks the right, and waits before it tries again).
-	MarkBlocked bool
+	// MarkHeldCycle, when it names the record's cycle (Record.Cycle), stops
+	// the machine from asking to mark that cycle's Freight verified: the
+	// operator was refused the right, and waits before it tries again.
+	MarkHeldCycle string
 }
 
 // App is one Argo CD Application as Kargo's argocd-update health check

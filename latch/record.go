@@ -131,6 +131,9 @@ func ReadsApps(encoded string) bool {
 	return r.Phase == PhasePromoted || !slices.Contains(Phases, r.Phase)
 }
 
+// Cycle identifies r's latch cycle: its Freight collection and promotion.
+func (r Record) Cycle() string { return r.FreightID + "/" + r.Promotion }
+
 // IsZero reports whether r is "no record".
 func (r Record) IsZero() bool { return r.Phase == "" }
 

@@ -316,7 +316,7 @@ func (m *machine) beginCycle(lp *Promotion) {
 // Freight asked for, and the operator marks them before it stores the
 // record.
 func (m *machine) markVerified() {
-	if !m.settings.MarkVerified || m.obs.MarkBlocked || !m.markable() {
+	if !m.settings.MarkVerified || m.obs.MarkHeldCycle == m.rec.Cycle() || !m.markable() {
 		return
 	}
 	var todo []string

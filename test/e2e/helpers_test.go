@@ -76,8 +76,15 @@ type operator struct {
 
 func startOperator(t *testing.T, ns string, defaults latch.Settings) *operator {
 	t.Helper()
+	return startOperatorAs(t, env.operator, ns, defaults)
+}
+
+// startOperatorAs is startOperator with another identity, such as the
+// operator of an install with the mark-verified component (env.marker).
+func startOperatorAs(t *testing.T, identity *rest.Config, ns string, defaults latch.Settings) *operator {
+	t.Helper()
 	o := &operator{t: t, done: make(chan struct{}), reg: prometheus.NewRegistry()}
-	cfg := rest.CopyConfig(env.operator) // the operator's own ServiceAccount
+	cfg := rest.CopyConfig(identity)
 	cfg.WrapTransport = func(rt http.RoundTripper) http.RoundTripper {
 		return roundTripFunc(func(r *http.Request) (*http.Response, error) {
 			if r.Method == http.MethodPatch && strings.Contains(r.URL.Path, "/stages/") {
@@ -113,7 +120,8 @@ func (o *operator) stop() {
 	<-o.done
 }
 
-// metric reads one counter or gauge of the operator.
+// metric reads one counter or gauge of the operator; of a histogram, the
+// number of observations.
 func (o *operator) metric(name string, labels ...string) float64 {
 	var total float64
 	mfs, err := o.reg.Gather()
@@ -140,6 +148,8 @@ func (o *operator) metric(name string, labels ...string) float64 {
 				total += m.GetCounter().GetValue()
 			case m.GetGauge() != nil:
 				total += m.GetGauge().GetValue()
+			case m.GetHistogram() != nil:
+				total += float64(m.GetHistogram().GetSampleCount())
 			}
 		}
 	}

@@ -70,6 +70,14 @@ func TestNeverWritesProjectConfigOrEnablesAutoPromotion(t *testing.T) {
 	if _, err := stages.Patch(ctx, "prod", types.MergePatchType, []byte(`{"metadata":{"labels":{"e2e":"ok"}}}`), metav1.PatchOptions{}); err != nil {
 		t.Errorf("the operator's identity changing a Stage's metadata: %v, want it allowed", err)
 	}
+	// Marking Freight verified is opt-in (manifests/components/mark-verified):
+	// the default install may not.
+	freight, err := s.CurrentFreight(ctx)
+	must(t, err)
+	mark := []byte(`{"status":{"verifiedIn":{"prod":{"verifiedAt":"2026-11-30T08:00:00Z"}}}}`)
+	if _, err := asOperator.Resource(kargo.FreightsResource).Namespace(ns).Patch(ctx, freight, types.MergePatchType, mark, metav1.PatchOptions{}, "status"); !apierrors.IsForbidden(err) {
+		t.Errorf("the operator's identity marking Freight verified: %v, want Forbidden", err)
+	}
 
 	for _, a := range []authorizationv1.ResourceAttributes{
 		{Namespace: ns, Verb: "update", Group: kargo.GroupVersion.Group, Resource: "projectconfigs"},
@@ -79,17 +87,52 @@ func TestNeverWritesProjectConfigOrEnablesAutoPromotion(t *testing.T) {
 		{Namespace: ns, Verb: "delete", Group: "kargo-latch.io", Resource: "stagepauses"},
 		{Namespace: ns, Verb: "delete", Group: kargo.GroupVersion.Group, Resource: "stages"},
 		{Namespace: ns, Verb: "create", Group: kargo.GroupVersion.Group, Resource: "promotions"},
+		{Namespace: ns, Verb: "patch", Group: kargo.GroupVersion.Group, Resource: "freights", Subresource: "status"},
+		{Namespace: ns, Verb: "get", Group: kargo.GroupVersion.Group, Resource: "freights"},
 	} {
-		sar, err := env.kube.AuthorizationV1().SubjectAccessReviews().Create(ctx, &authorizationv1.SubjectAccessReview{
-			Spec: authorizationv1.SubjectAccessReviewSpec{
-				User:               "system:serviceaccount:kargo-latch:kargo-latch",
-				Groups:             []string{"system:serviceaccounts", "system:serviceaccounts:kargo-latch", "system:authenticated"},
-				ResourceAttributes: &a,
-			},
-		}, metav1.CreateOptions{})
-		must(t, err)
-		if sar.Status.Allowed {
+		if mayServiceAccount(t, "kargo-latch", a) {
 			t.Errorf("the operator's ServiceAccount may %s %s/%s; the shipped RBAC must not allow it", a.Verb, a.Resource, a.Subresource)
 		}
 	}
+}
+
+// TestMarkVerifiedComponentGrantsOnlyItsRights: the opt-in mark-verified
+// component adds reading a Freight and patching its status, and nothing
+// else about Freight: no spec, no list or watch, no delete.
+func TestMarkVerifiedComponentGrantsOnlyItsRights(t *testing.T) {
+	t.Parallel()
+	freights := func(verb, subresource string) authorizationv1.ResourceAttributes {
+		return authorizationv1.ResourceAttributes{Namespace: "any-project", Verb: verb, Group: kargo.GroupVersion.Group, Resource: "freights", Subresource: subresource}
+	}
+	for a, want := range map[authorizationv1.ResourceAttributes]bool{
+		freights("get", ""):          true,
+		freights("patch", "status"):  true,
+		freights("get", "status"):    true,
+		freights("update", "status"): false,
+		freights("patch", ""):        false,
+		freights("update", ""):       false,
+		freights("list", ""):         false,
+		freights("watch", ""):        false,
+		freights("delete", ""):       false,
+		freights("create", ""):       false,
+	} {
+		if got := mayServiceAccount(t, markerServiceAccount, a); got != want {
+			t.Errorf("with the mark-verified component, the operator may %s freights/%s: %v, want %v", a.Verb, a.Subresource, got, want)
+		}
+	}
+}
+
+// mayServiceAccount asks the apiserver whether a ServiceAccount of
+// kargo-latch's namespace may do a.
+func mayServiceAccount(t *testing.T, name string, a authorizationv1.ResourceAttributes) bool {
+	t.Helper()
+	sar, err := env.kube.AuthorizationV1().SubjectAccessReviews().Create(ctx, &authorizationv1.SubjectAccessReview{
+		Spec: authorizationv1.SubjectAccessReviewSpec{
+			User:               "system:serviceaccount:kargo-latch:" + name,
+			Groups:             []string{"system:serviceaccounts", "system:serviceaccounts:kargo-latch", "system:authenticated"},
+			ResourceAttributes: &a,
+		},
+	}, metav1.CreateOptions{})
+	must(t, err)
+	return sar.Status.Allowed
 }

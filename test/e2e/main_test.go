@@ -12,6 +12,7 @@ import (
 	"path/filepath"
 	"testing"
 
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
@@ -42,6 +43,11 @@ type world struct {
 	dev, lead, resumer, kargoCtl dynamic.Interface
 	// operator is a rest config for the operator's own ServiceAccount.
 	operator *rest.Config
+	// marker is the operator as installed with the opt-in mark-verified
+	// component: another ServiceAccount (markerServiceAccount), so that one
+	// cluster holds an operator with the right to mark Freight verified and
+	// the default one without it.
+	marker *rest.Config
 }
 
 // env is the cluster most tests share.
@@ -107,6 +113,9 @@ func newWorld(ctx context.Context, opts cluster.Options, wrap func(http.RoundTri
 	if w.operator, err = c.ServiceAccountConfig(ctx, "kargo-latch", "kargo-latch"); err != nil {
 		return nil, fmt.Errorf("operator token: %w", err)
 	}
+	if w.marker, err = c.ServiceAccountConfig(ctx, "kargo-latch", markerServiceAccount); err != nil {
+		return nil, fmt.Errorf("marking operator token: %w", err)
+	}
 	return w, nil
 }
 
@@ -131,5 +140,63 @@ func installShipped(ctx context.Context, c *cluster.Cluster) error {
 		cluster.BindUser("e2e-resumer", "kargo-latch-resumer", "resumer"),
 		cluster.BindUser("e2e-kargo-controller", "e2e-kargo-controller", "system:serviceaccount:kargo:kargo-controller"),
 	)
-	return cluster.Apply(ctx, c.Config, objs...)
+	marker, err := markerIdentity(c)
+	if err != nil {
+		return err
+	}
+	return cluster.Apply(ctx, c.Config, append(objs, marker...)...)
+}
+
+// markerServiceAccount is the operator's identity in an install with the
+// opt-in mark-verified component.
+const markerServiceAccount = "kargo-latch-marker"
+
+// markerIdentity is a second operator identity: the shipped operator
+// ClusterRole plus the shipped mark-verified component, whose binding is
+// pointed at markerServiceAccount instead of kargo-latch/kargo-latch. The
+// default identity thus keeps the default install's rights, and tests of
+// both installs share one cluster.
+func markerIdentity(c *cluster.Cluster) ([]*unstructured.Unstructured, error) {
+	dir, err := os.MkdirTemp("", "kargo-latch-mark-verified-")
+	if err != nil {
+		return nil, err
+	}
+	defer func() { _ = os.RemoveAll(dir) }()
+	// kustomize takes a component only by a relative path.
+	component, err := filepath.Rel(dir, filepath.Join(c.Root, "manifests", "components", "mark-verified"))
+	if err != nil {
+		return nil, err
+	}
+	overlay := "apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\ncomponents:\n- " + component + "\n"
+	if err := os.WriteFile(filepath.Join(dir, "kustomization.yaml"), []byte(overlay), 0o600); err != nil {
+		return nil, err
+	}
+	objs, err := cluster.Kustomize(dir)
+	if err != nil {
+		return nil, err
+	}
+	subject := []any{map[string]any{"kind": "ServiceAccount", "name": markerServiceAccount, "namespace": "kargo-latch"}}
+	bound := false
+	for _, o := range objs {
+		if o.GetKind() == "ClusterRoleBinding" {
+			o.SetName("e2e-" + o.GetName() + "-marker")
+			o.Object["subjects"] = subject
+			bound = true
+		}
+	}
+	if !bound {
+		return nil, fmt.Errorf("the mark-verified component binds no ClusterRole")
+	}
+	return append(objs,
+		&unstructured.Unstructured{Object: map[string]any{
+			"apiVersion": "v1", "kind": "ServiceAccount",
+			"metadata": map[string]any{"name": markerServiceAccount, "namespace": "kargo-latch"},
+		}},
+		&unstructured.Unstructured{Object: map[string]any{
+			"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
+			"metadata": map[string]any{"name": "e2e-kargo-latch-marker"},
+			"roleRef":  map[string]any{"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "kargo-latch"},
+			"subjects": subject,
+		}},
+	), nil
 }
