@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"context"
+	"fmt"
 	"slices"
 	"strings"
 	"testing"
@@ -13,6 +14,7 @@ import (
 	"github.com/kargo-latch/kargo-latch/controller"
 	"github.com/kargo-latch/kargo-latch/kargo"
 	"github.com/kargo-latch/kargo-latch/latch"
+	"github.com/kargo-latch/kargo-latch/test/driver"
 )
 
 // A pause created and deleted at once leaves the Stage unpaused, whatever
@@ -141,5 +143,43 @@ func TestLongVerificationMessageFailsAndPausesOnce(t *testing.T) {
 	settle()
 	if pauses := env.listPauses(t, ns); len(pauses) != 1 {
 		t.Errorf("%d StagePauses for one failure, want 1", len(pauses))
+	}
+}
+
+// A Stage listing more Applications than the per-App latch handles is
+// latched on its aggregate health alone, with one Warning and a metric; the
+// rest of the operator is unaffected.
+func TestTooManyApplicationsFallsBackToTheAggregate(t *testing.T) {
+	t.Parallel()
+	ns := env.newProject(t)
+	op := startOperator(t, ns, fastSettings())
+	s := env.createStage(t, ns, "wide", nil)
+	_, err := s.StartPromotion(ctx)
+	must(t, err)
+	_, err = s.FinishPromotion(ctx, "Succeeded")
+	must(t, err)
+	apps := make([]driver.App, latch.MaxApps+1)
+	for i := range apps {
+		apps[i] = driver.App{Name: fmt.Sprintf("app-%03d", i), Health: "Healthy"}
+	}
+	// Every App Healthy at once under a Progressing aggregate would latch a
+	// Stage of fewer Apps.
+	must(t, s.SetAppsHealth(ctx, kargo.HealthProgressing, apps...))
+	ev := waitEvent(t, s, controller.ReasonTooManyApps)
+	if ev.Type != "Warning" || !strings.Contains(ev.Message, "aggregate") {
+		t.Errorf("Event %s %q; want a Warning that says the aggregate counts", ev.Type, ev.Message)
+	}
+	if got := op.metric("kargo_latch_invalid_input_total", "input", "apps"); got != 1 {
+		t.Errorf("invalid_input_total{input=apps} = %v, want 1", got)
+	}
+	if r := stageRecord(t, s); r.Phase != latch.PhasePromoted || len(r.AppsHealthy) != 0 {
+		t.Errorf("phase %s with %d Apps recorded; want Promoted and none", r.Phase, len(r.AppsHealthy))
+	}
+	must(t, s.SetAppsHealth(ctx, kargo.HealthHealthy, apps...))
+	if r := waitPhase(t, s, latch.PhaseLatched); r.LatchedBy != latch.LatchedByStage {
+		t.Errorf("latched by %q, want %q", r.LatchedBy, latch.LatchedByStage)
+	}
+	if n := len(env.stageEvents(t, s)[controller.ReasonTooManyApps]); n != 1 {
+		t.Errorf("%d TooManyApplications Events, want 1", n)
 	}
 }
