@@ -43,6 +43,12 @@ func newFixture(t *testing.T, dryRun bool, stages ...*unstructured.Unstructured)
 // newFixtureWith is newFixture with a hook that may add reactors before the
 // controller starts.
 func newFixtureWith(t *testing.T, dryRun bool, setup func(*fixture), stages ...*unstructured.Unstructured) *fixture {
+	return newFixtureWithObjects(t, dryRun, setup, stages...)
+}
+
+// newFixtureWithObjects starts the controller over any objects (Stages,
+// Freight).
+func newFixtureWithObjects(t *testing.T, dryRun bool, setup func(*fixture), stages ...*unstructured.Unstructured) *fixture {
 	t.Helper()
 	objs := make([]runtime.Object, len(stages))
 	for i, s := range stages {
@@ -53,6 +59,7 @@ func newFixtureWith(t *testing.T, dryRun bool, setup func(*fixture), stages ...*
 		kargo.StagesResource:         "StageList",
 		kargo.PromotionsResource:     "PromotionList",
 		v1alpha1.StagePausesResource: "StagePauseList",
+		kargo.FreightsResource:       "FreightList",
 	}, objs...)
 	f.client.PrependReactor("patch", "stages", func(k8stesting.Action) (bool, runtime.Object, error) {
 		f.patches.Add(1)

@@ -3,6 +3,7 @@ package controller
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"strings"
 	"time"
@@ -12,6 +13,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/tools/cache"
 	"k8s.io/klog/v2"
 
 	"github.com/kargo-latch/kargo-latch/kargo"
@@ -21,7 +23,12 @@ import (
 // markRetryAfter is how long a Stage waits to try marking again after the
 // operator was refused the right: an administrator may install the
 // mark-verified component meanwhile, and there is no event to wait for.
-const markRetryAfter = time.Minute
+// Other errors (a conflict with Kargo writing the Freight, an outage) are
+// retried sooner, with backoff up to it.
+const (
+	markRetryAfter      = time.Minute
+	markErrorRetryFirst = 2 * time.Second
+)
 
 // errMarkForbidden is returned by markVerified when the operator may not
 // read or patch Freight: the install lacks the mark-verified component.
@@ -29,22 +36,68 @@ type errMarkForbidden struct{ err error }
 
 func (e errMarkForbidden) Error() string { return e.err.Error() }
 
+// markPass marks the Freight of a stored latch verified. It judges on a view
+// read from the API server, never on the cache: the Stage as the record was
+// just stored (stored), or read now, and the StagePauses listed now. A mark
+// is never taken back, so a pause made, a promotion started or a health
+// turned a moment ago must stop it. The marked Freight are then stored in
+// the record. A mark that fails holds back marking of this cycle for a
+// while; it never holds back the rest of the latch, which is stored already.
+func (c *Controller) markPass(ctx context.Context, key cache.ObjectName, stored *kargo.Stage, m *memo, settings latch.Settings, now time.Time) error {
+	stage := stored
+	if stage == nil {
+		var err error
+		if stage, err = c.liveStage(ctx, key); stage == nil || err != nil {
+			return err
+		}
+	}
+	pauses, err := c.livePauses(ctx, stage)
+	if err != nil {
+		return err
+	}
+	obs := c.observe(stage, m, pauses)
+	obs.MayMark = true
+	res := latch.Step(settings, c.priorRecord(stage, m), obs, now)
+	a, ok := actionOf(res, latch.ActionMarkVerified)
+	if !ok {
+		// The view moved on since the cache showed it; the next sync, on
+		// its watch event, judges again.
+		return nil
+	}
+	if c.cfg.DryRun {
+		c.reportDryRunMark(ctx, stage, a)
+	} else if err := c.markVerified(ctx, stage, res.Record, a); err != nil {
+		c.markFailed(ctx, stage, m, res.Record, err, now)
+		return nil
+	}
+	m.markErrors = 0
+	if _, _, err := c.store(ctx, stage, m, res); err != nil {
+		return err
+	}
+	c.afterStore(stage, pauses, res, false)
+	return nil
+}
+
 // markVerified carries out a step's ActionMarkVerified: for each Freight it
-// writes status.verifiedIn.<stage>.verifiedAt, as Kargo does when one of its
-// passes sees the Stage Healthy, so that downstream Stages receive it. It
-// runs before the record that says so is stored, and is safe to repeat:
+// writes status.verifiedIn.<stage>.verifiedAt = the stored latchedAt, as
+// Kargo does when one of its passes sees the Stage Healthy, so that
+// downstream Stages receive it. It runs before the record that says so is
+// stored, and is safe to repeat after a crash at any point:
 //
-//   - the Freight is read live (there is no Freight cache); one already
-//     verified in the Stage, by Kargo or by an earlier try of ours, is left
-//     as it is: no write, no Event;
-//   - the FreightVerified Event has a name derived from the Stage, the cycle
-//     and the Freight, and is created before the patch, so that a crash
-//     between the two leaves exactly one Event once the retry has patched;
-//   - the patch carries the resourceVersion it was read at and adds only
-//     the one key, so it can never change an entry someone else wrote.
+//   - the Freight is read live (there is no Freight cache);
+//   - a Freight not yet verified in the Stage gets a merge patch that adds
+//     only that key, conditional on the resourceVersion it was read at, so
+//     it can never change an entry someone else wrote;
+//   - then the FreightVerified Event is created under a name derived from
+//     the Stage, the cycle and the Freight;
+//   - a Freight already verified in the Stage at exactly the stored
+//     latchedAt was marked by an earlier try cut short: it gets its Event
+//     if the crash came before it (a second create finds the first). One
+//     verified at another time was verified by Kargo: no write, no Event.
 func (c *Controller) markVerified(ctx context.Context, stage *kargo.Stage, rec latch.Record, a latch.Action) error {
 	freights := c.cfg.Dynamic.Resource(kargo.FreightsResource).Namespace(stage.Namespace)
 	logger := klog.FromContext(ctx)
+	verifiedAt := a.VerifiedAt.UTC().Format(time.RFC3339)
 	for _, name := range a.Freight {
 		f, err := freights.Get(ctx, name, metav1.GetOptions{})
 		switch {
@@ -56,33 +109,54 @@ func (c *Controller) markVerified(ctx context.Context, stage *kargo.Stage, rec l
 		case err != nil:
 			return fmt.Errorf("reading Freight %s to mark it verified: %w", name, err)
 		}
-		if _, done, _ := unstructured.NestedMap(f.Object, "status", "verifiedIn", stage.Name); done {
-			logger.V(2).Info("Freight is already verified in the Stage", "freight", name)
-			continue
+		if at, done, _ := unstructured.NestedString(f.Object, "status", "verifiedIn", stage.Name, "verifiedAt"); done || hasVerifiedIn(f, stage.Name) {
+			if at != verifiedAt {
+				logger.V(2).Info("Freight is already verified in the Stage", "freight", name, "verifiedAt", at)
+				continue
+			}
+		} else {
+			patch, _ := json.Marshal(map[string]any{
+				"metadata": map[string]any{"resourceVersion": f.GetResourceVersion()},
+				"status":   map[string]any{"verifiedIn": map[string]any{stage.Name: map[string]any{"verifiedAt": verifiedAt}}},
+			})
+			_, err = freights.Patch(ctx, name, types.MergePatchType, patch, metav1.PatchOptions{FieldManager: FieldManager}, "status")
+			switch {
+			case apierrors.IsForbidden(err):
+				return errMarkForbidden{err}
+			case err != nil:
+				return fmt.Errorf("marking Freight %s verified: %w", name, err)
+			}
+			logger.Info("Marked Freight verified in the Stage", "freight", name, "verifiedAt", verifiedAt)
+			c.cfg.Metrics.FreightVerified.WithLabelValues(stage.Namespace, stage.Name).Inc()
 		}
-		// No time in the message: a retry after a crash between the Event
-		// and the patch may latch, and so mark, a moment later.
-		msg := fmt.Sprintf("Marked Freight %s verified in Stage %s: %s", name, stage.Name, a.Message)
+		msg := fmt.Sprintf("Marked Freight %s verified in Stage %s at %s: %s", name, stage.Name, verifiedAt, a.Message)
 		if err := c.eventOnce(ctx, stage, "verified", rec.Cycle()+"\x00"+name, corev1.EventTypeNormal, ReasonFreightVerified, msg); err != nil {
 			return err
 		}
-		patch, _ := json.Marshal(map[string]any{
-			"metadata": map[string]any{"resourceVersion": f.GetResourceVersion()},
-			"status": map[string]any{"verifiedIn": map[string]any{
-				stage.Name: map[string]any{"verifiedAt": a.VerifiedAt.UTC().Format(time.RFC3339)},
-			}},
-		})
-		_, err = freights.Patch(ctx, name, types.MergePatchType, patch, metav1.PatchOptions{FieldManager: FieldManager}, "status")
-		switch {
-		case apierrors.IsForbidden(err):
-			return errMarkForbidden{err}
-		case err != nil:
-			return fmt.Errorf("marking Freight %s verified: %w", name, err)
-		}
-		logger.Info("Marked Freight verified in the Stage", "freight", name, "verifiedAt", a.VerifiedAt)
-		c.cfg.Metrics.FreightVerified.WithLabelValues(stage.Namespace, stage.Name).Inc()
 	}
 	return nil
+}
+
+// hasVerifiedIn reports whether a Freight has any verifiedIn entry for the
+// Stage, whatever its shape.
+func hasVerifiedIn(f *unstructured.Unstructured, stage string) bool {
+	_, ok, _ := unstructured.NestedFieldNoCopy(f.Object, "status", "verifiedIn", stage)
+	return ok
+}
+
+// markFailed reports a mark that failed and holds further tries of this
+// cycle back: a refused right for markRetryAfter, with one Warning per
+// cycle; any other error for a backoff that starts at markErrorRetryFirst.
+func (c *Controller) markFailed(ctx context.Context, stage *kargo.Stage, m *memo, rec latch.Record, err error, now time.Time) {
+	var forbidden errMarkForbidden
+	if errors.As(err, &forbidden) {
+		c.markForbidden(stage, m, rec, err, now)
+		return
+	}
+	wait := min(markRetryAfter, markErrorRetryFirst<<min(m.markErrors, 5))
+	m.markErrors++
+	m.markRetryAt, m.markHeldCycle = now.Add(wait), rec.Cycle()
+	klog.FromContext(ctx).Error(err, "Marking Freight verified failed; trying again", "after", wait)
 }
 
 // markForbidden reports a refused mark once per cycle, counts every refused
@@ -98,11 +172,24 @@ func (c *Controller) markForbidden(stage *kargo.Stage, m *memo, rec latch.Record
 	}
 }
 
-// reportDryRunMark says what a dry run would have marked.
+// reportDryRunMark says what a dry run would have marked: the Freight not
+// yet verified in the Stage, as read now (read errors count as "would
+// mark": a dry run writes nothing either way).
 func (c *Controller) reportDryRunMark(ctx context.Context, stage *kargo.Stage, a latch.Action) {
-	klog.FromContext(ctx).Info("Dry run: would mark Freight verified in the Stage", "freight", a.Freight, "verifiedAt", a.VerifiedAt)
+	var would []string
+	for _, name := range a.Freight {
+		f, err := c.cfg.Dynamic.Resource(kargo.FreightsResource).Namespace(stage.Namespace).Get(ctx, name, metav1.GetOptions{})
+		if err == nil && hasVerifiedIn(f, stage.Name) {
+			continue
+		}
+		would = append(would, name)
+	}
+	if len(would) == 0 {
+		return
+	}
+	klog.FromContext(ctx).Info("Dry run: would mark Freight verified in the Stage", "freight", would, "verifiedAt", a.VerifiedAt)
 	c.event(stage, corev1.EventTypeNormal, ReasonFreightVerified,
-		fmt.Sprintf("Dry run: would mark Freight %s verified in Stage %s: %s", strings.Join(a.Freight, ", "), stage.Name, a.Message))
+		fmt.Sprintf("Dry run: would mark Freight %s verified in Stage %s: %s", strings.Join(would, ", "), stage.Name, a.Message))
 }
 
 // markHeld names the cycle whose marking waits for a retry after a

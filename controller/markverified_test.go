@@ -1,11 +1,14 @@
 package controller
 
 import (
+	"context"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	k8stesting "k8s.io/client-go/testing"
@@ -31,11 +34,12 @@ func TestMarkForbiddenWarnsAndLatchesAnyway(t *testing.T) {
 			return true, nil, apierrors.NewForbidden(kargo.FreightsResource.GroupResource(), "f1", nil)
 		})
 	}, markableStage("prod"))
+	// The latch is stored before the mark is tried.
+	f.waitEvent("Normal HealthLatched")
 	msg := f.waitEvent("Warning MarkVerifiedForbidden")
 	if !strings.Contains(msg, "manifests/components/mark-verified") {
 		t.Errorf("the Warning does not say how to fix it: %s", msg)
 	}
-	f.waitEvent("Normal HealthLatched")
 	waitUntil(t, func() bool { r := f.record("prod"); return r.Phase == latch.PhaseLatched })
 	if r := f.record("prod"); len(r.Marked) != 0 {
 		t.Errorf("record says %v marked although marking was refused", r.Marked)
@@ -63,5 +67,96 @@ func waitUntil(t *testing.T, cond func() bool) {
 			t.Fatal("condition not met within 10s")
 		}
 		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+func freightObject(name string) *unstructured.Unstructured {
+	return &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": "kargo.akuity.io/v1alpha1", "kind": "Freight",
+		"metadata": map[string]any{"name": name, "namespace": "shop", "resourceVersion": "1"},
+		"origin":   map[string]any{"kind": "Warehouse", "name": "w"},
+		"status":   map[string]any{"verifiedIn": map[string]any{"qa": map[string]any{"verifiedAt": "2026-11-29T09:00:00Z"}}},
+	}}
+}
+
+// freightVerifiedEvents counts the FreightVerified Events written directly.
+func (f *fixture) freightVerifiedEvents() int {
+	evs, err := f.kube.CoreV1().Events("shop").List(context.Background(), metav1.ListOptions{})
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	n := 0
+	for _, e := range evs.Items {
+		if e.Reason == ReasonFreightVerified {
+			n++
+		}
+	}
+	return n
+}
+
+func (f *fixture) verifiedAt(freight, stage string) string {
+	u, err := f.client.Resource(kargo.FreightsResource).Namespace("shop").Get(context.Background(), freight, metav1.GetOptions{})
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	at, _, _ := unstructured.NestedString(u.Object, "status", "verifiedIn", stage, "verifiedAt")
+	return at
+}
+
+// A crash between the Freight patch and the store of the record (here: the
+// store fails once) leaves one mark at the stored latchedAt and one Event.
+func TestMarkSurvivesAFailedStoreAfterThePatch(t *testing.T) {
+	var stagePatches, freightPatches atomic.Int64
+	f := newFixtureWithObjects(t, false, func(f *fixture) {
+		f.client.PrependReactor("patch", "freights", func(k8stesting.Action) (bool, runtime.Object, error) {
+			freightPatches.Add(1)
+			return false, nil, nil
+		})
+		f.client.PrependReactor("patch", "stages", func(k8stesting.Action) (bool, runtime.Object, error) {
+			if stagePatches.Add(1) == 2 { // the store after the first mark
+				return true, nil, apierrors.NewServiceUnavailable("etcd is down")
+			}
+			return false, nil, nil
+		})
+	}, markableStage("prod"), freightObject("f1"))
+	waitUntil(t, func() bool { return len(f.record("prod").Marked) == 1 })
+	r := f.record("prod")
+	if got, want := f.verifiedAt("f1", "prod"), r.LatchedAt.UTC().Format(time.RFC3339); got != want {
+		t.Errorf("verifiedAt %s, want the stored latchedAt %s", got, want)
+	}
+	if got := f.verifiedAt("f1", "qa"); got != "2026-11-29T09:00:00Z" {
+		t.Errorf("another Stage's verifiedIn changed to %q", got)
+	}
+	if n := freightPatches.Load(); n != 1 {
+		t.Errorf("%d Freight patches, want 1", n)
+	}
+	if n := f.freightVerifiedEvents(); n != 1 {
+		t.Errorf("%d FreightVerified Events, want 1", n)
+	}
+}
+
+// A Freight patch that fails leaves no Event behind, holds back only the
+// mark (the latch is stored), and is tried again.
+func TestMarkRetriesAFailedPatchWithoutAnOrphanEvent(t *testing.T) {
+	var freightPatches atomic.Int64
+	f := newFixtureWithObjects(t, false, func(f *fixture) {
+		f.client.PrependReactor("patch", "freights", func(k8stesting.Action) (bool, runtime.Object, error) {
+			if freightPatches.Add(1) == 1 {
+				return true, nil, apierrors.NewConflict(kargo.FreightsResource.GroupResource(), "f1", nil)
+			}
+			return false, nil, nil
+		})
+	}, markableStage("prod"), freightObject("f1"))
+	f.waitEvent("Normal HealthLatched")
+	waitUntil(t, func() bool { return freightPatches.Load() >= 1 })
+	if r := f.record("prod"); r.Phase != latch.PhaseLatched || len(r.Marked) != 0 {
+		t.Fatalf("after the failed patch: phase %s, marked %v; want Latched, none", r.Phase, r.Marked)
+	}
+	if n := f.freightVerifiedEvents(); n != 0 {
+		t.Fatalf("%d FreightVerified Events before any mark", n)
+	}
+	waitUntil(t, func() bool { return len(f.record("prod").Marked) == 1 })
+	if n := f.freightVerifiedEvents(); n != 1 {
+		t.Errorf("%d FreightVerified Events, want 1", n)
 	}
 }

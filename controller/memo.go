@@ -24,6 +24,7 @@ type memo struct {
 	markRetryAt        time.Time
 	markHeldCycle      string
 	markForbiddenCycle string
+	markErrors         int // marking errors in a row, for the backoff
 	// dryRunRecord stands in for the annotation in --dry-run, which writes
 	// nothing; nil when there is none.
 	dryRunRecord *latch.Record

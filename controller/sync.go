@@ -3,7 +3,6 @@ package controller
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"time"
 
@@ -68,45 +67,26 @@ func (c *Controller) syncStage(ctx context.Context, key cache.ObjectName) (time.
 		}
 		res, obs = c.step(stage, m, settings, pauses, now)
 	}
-	if a, ok := actionOf(res, latch.ActionMarkVerified); ok {
-		if res, obs, err = c.mark(ctx, stage, m, settings, pauses, res, obs, a, now); err != nil {
-			return 0, err
-		}
-	}
 	if err := c.beforeStore(ctx, stage, settings, pauses, res); err != nil {
 		return 0, err
 	}
-	restored, err := c.store(ctx, stage, m, res)
+	stored, restored, err := c.store(ctx, stage, m, res)
 	if err != nil {
 		return 0, err
 	}
 	c.afterStore(stage, pauses, res, restored)
 	m.health = obs.Health
+	if latch.MarkDue(settings, res.Record, obs, now) && m.markHeld(now) != res.Record.Cycle() {
+		// The latch is stored; now its Freight may be marked verified.
+		if err := c.markPass(ctx, key, stored, m, settings, now); err != nil {
+			return 0, err
+		}
+	}
 	statusCheck := c.checkStatus(stage, m, now)
 	if res.RequeueAfter > 0 {
 		logger.V(4).Info("Time-based transition pending", "phase", res.Record.Phase, "after", res.RequeueAfter)
 	}
 	return earliest(earliest(res.RequeueAfter, statusCheck), c.markRetry(m, now)), nil
-}
-
-// mark carries out a step's ActionMarkVerified before the record naming the
-// marked Freight is stored. Without the right to mark, it reports that and
-// steps again with marking held back, so that the rest of the step (the
-// latch, pauses) is stored as usual.
-func (c *Controller) mark(ctx context.Context, stage *kargo.Stage, m *memo, settings latch.Settings, pauses []*v1alpha1.StagePause,
-	res latch.Result, obs latch.Observation, a latch.Action, now time.Time) (latch.Result, latch.Observation, error) {
-	if c.cfg.DryRun {
-		c.reportDryRunMark(ctx, stage, a)
-		return res, obs, nil
-	}
-	err := c.markVerified(ctx, stage, res.Record, a)
-	var forbidden errMarkForbidden
-	if !errors.As(err, &forbidden) {
-		return res, obs, err
-	}
-	c.markForbidden(stage, m, res.Record, err, now)
-	res, obs = c.step(stage, m, settings, pauses, now)
-	return res, obs, nil
 }
 
 // markRetry says when a Stage whose marking was refused should try again.
@@ -119,15 +99,20 @@ func (c *Controller) markRetry(m *memo, now time.Time) time.Duration {
 
 // step reads the record and the Stage's status and steps the machine.
 func (c *Controller) step(stage *kargo.Stage, m *memo, settings latch.Settings, pauses []*v1alpha1.StagePause, now time.Time) (latch.Result, latch.Observation) {
-	prior := c.priorRecord(stage, m)
+	obs := c.observe(stage, m, pauses)
+	return latch.Step(settings, c.priorRecord(stage, m), obs, now), obs
+}
+
+// observe turns a Stage and the pauses covering it into the machine's
+// observation, reporting unusable input once.
+func (c *Controller) observe(stage *kargo.Stage, m *memo, pauses []*v1alpha1.StagePause) latch.Observation {
 	obs, unknownHealth := observe(stage, m.health)
-	obs.MarkHeldCycle = m.markHeld(now)
 	c.reportHealth(stage, m, unknownHealth)
 	c.reportApps(stage, m, len(obs.Apps))
 	for _, p := range pauses {
 		obs.Pauses = append(obs.Pauses, p.Name)
 	}
-	return latch.Step(settings, prior, obs, now), obs
+	return obs
 }
 
 // liveStage reads a Stage from the API server; nil when it is gone.
@@ -173,11 +158,12 @@ func (c *Controller) priorRecord(stage *kargo.Stage, m *memo) latch.Record {
 // on resume a Kargo refresh request. The patch carries the resourceVersion
 // the record was computed from: if the Stage changed meanwhile, or the cache
 // was stale, it conflicts and the sync is retried from fresh data. It
-// reports whether it put back a paused label someone removed.
-func (c *Controller) store(ctx context.Context, stage *kargo.Stage, m *memo, res latch.Result) (restored bool, err error) {
+// returns the Stage as stored (nil when nothing was written), and reports
+// whether it put back a paused label someone removed.
+func (c *Controller) store(ctx context.Context, stage *kargo.Stage, m *memo, res latch.Result) (stored *kargo.Stage, restored bool, err error) {
 	if c.cfg.DryRun {
 		m.dryRunRecord = &res.Record
-		return false, nil
+		return nil, false, nil
 	}
 	annotations := map[string]any{}
 	labels := map[string]any{}
@@ -199,7 +185,7 @@ func (c *Controller) store(ctx context.Context, stage *kargo.Stage, m *memo, res
 		annotations[kargo.RefreshAnnotation] = c.clock.Now().UTC().Format(time.RFC3339Nano)
 	}
 	if len(annotations) == 0 && len(labels) == 0 {
-		return false, nil
+		return nil, false, nil
 	}
 	md := map[string]any{"resourceVersion": stage.ResourceVersion}
 	if len(annotations) > 0 {
@@ -210,15 +196,15 @@ func (c *Controller) store(ctx context.Context, stage *kargo.Stage, m *memo, res
 	}
 	patch, err := json.Marshal(map[string]any{"metadata": md})
 	if err != nil {
-		return false, err
+		return nil, false, err
 	}
-	_, err = c.cfg.Dynamic.Resource(kargo.StagesResource).Namespace(stage.Namespace).
+	u, err := c.cfg.Dynamic.Resource(kargo.StagesResource).Namespace(stage.Namespace).
 		Patch(ctx, stage.Name, types.MergePatchType, patch, metav1.PatchOptions{FieldManager: FieldManager})
 	if err != nil {
-		return false, fmt.Errorf("writing the Stage's latch record: %w", err)
+		return nil, false, fmt.Errorf("writing the Stage's latch record: %w", err)
 	}
 	klog.FromContext(ctx).V(2).Info("Stored latch record", "phase", res.Record.Phase, "pauses", res.Record.Pauses)
-	return restored, nil
+	return kargo.StageFromUnstructured(u), restored, nil
 }
 
 // checkStatus reports a Stage that still has no status once it is older

@@ -143,18 +143,33 @@ func TestPerAppLatchAfterwards(t *testing.T) {
 func TestMarkVerified(t *testing.T) {
 	on := defaults()
 	on.MarkVerified = true
-	latchedByApps := Step(on, promoted(), flapping("Healthy", "Healthy"), at(minutes(1)))
+	fresh := func(o Observation) Observation { o.MayMark = true; return o }
+
+	// The step that latches does not mark: the latch is stored first, so
+	// that verifiedAt is a latchedAt that no crash can change.
+	latchedByApps := Step(on, promoted(), fresh(flapping("Healthy", "Healthy")), at(minutes(1)))
+	if latchedByApps.Record.Phase != PhaseLatched || hasAction(latchedByApps, ActionMarkVerified) {
+		t.Fatalf("latching step: phase %s, actions %+v; want Latched and no mark yet", latchedByApps.Record.Phase, latchedByApps.Actions)
+	}
+	if !MarkDue(on, latchedByApps.Record, flapping("Progressing", "Healthy"), at(minutes(1))) {
+		t.Error("MarkDue is false right after the latch")
+	}
+	// Stepping the stored latch on a fresh view asks for the mark.
+	res := Step(on, latchedByApps.Record, fresh(flapping("Progressing", "Healthy")), at(minutes(2)))
 	wantMark := Action{Kind: ActionMarkVerified, Freight: []string{"f-p1"}, VerifiedAt: at(minutes(1)),
 		Message: "promotion p1 latched (every Application was Healthy in this cycle)"}
-	if a, ok := actionOfKind(latchedByApps, ActionMarkVerified); !ok || !cmp.Equal(wantMark, a) {
-		t.Fatalf("latching with mark-verified on asked %+v, want %+v", a, wantMark)
+	if a, ok := actionOfKind(res, ActionMarkVerified); !ok || !cmp.Equal(wantMark, a) {
+		t.Fatalf("asked %+v, want %+v", a, wantMark)
 	}
-	if diff := cmp.Diff([]string{"f-p1"}, latchedByApps.Record.Marked); diff != "" {
+	if diff := cmp.Diff([]string{"f-p1"}, res.Record.Marked); diff != "" {
 		t.Errorf("Marked (-want +got):\n%s", diff)
 	}
 	// Asked once per cycle and Freight.
-	if again := Step(on, latchedByApps.Record, flapping("Healthy", "Healthy"), at(minutes(2))); hasAction(again, ActionMarkVerified) {
+	if again := Step(on, res.Record, fresh(flapping("Healthy", "Healthy")), at(minutes(3))); hasAction(again, ActionMarkVerified) {
 		t.Errorf("asked to mark again: %+v", again.Actions)
+	}
+	if MarkDue(on, res.Record, flapping("Healthy", "Healthy"), at(minutes(3))) {
+		t.Error("MarkDue is true once the Freight is marked")
 	}
 
 	latchedRec := Step(defaults(), promoted(), flapping("Healthy", "Healthy"), at(minutes(1))).Record
@@ -173,30 +188,37 @@ func TestMarkVerified(t *testing.T) {
 		"a latched cycle, turned on later, is marked": {on, latchedRec, flapping("Progressing", "Healthy"), true},
 		"mark-verified off":                           {defaults(), latchedRec, flapping("Healthy", "Healthy"), false},
 		"paused":                                      {on, latchedRec, with(flapping("Healthy", "Healthy"), func(o *Observation) { o.Pauses = []string{"p"} }), false},
-		"held back after a refusal":                   {on, latchedRec, with(flapping("Healthy", "Healthy"), func(o *Observation) { o.MarkHeldCycle = latchedRec.Cycle() }), false},
 		"Degraded":                                    {on, degraded(minutes(1)), with(flapping("Healthy", "Healthy"), func(o *Observation) { o.Health = HealthUnhealthy }), false},
 		"Failed":                                      {on, failedAt(latchedRec, minutes(1), ReasonDegraded, "x"), flapping("Healthy", "Healthy"), false},
 		"still Promoted":                              {on, promoted(), flapping("Healthy", "Progressing"), false},
+		"latched in this very step":                   {on, promoted(), flapping("Healthy", "Healthy"), false},
 		"a promotion running":                         {on, latchedRec, with(flapping("Healthy", "Healthy"), func(o *Observation) { o.PromotionRunning = true }), false},
-		"verification Pending":                        {on, latchedRec, verifiedStage(VerificationPending, ""), false},
-		"verification Running":                        {on, latchedRec, verifiedStage(VerificationRunning, ""), false},
-		"verification Failed":                         {on, latchedRec, verifiedStage(VerificationFailed, "analysis failed"), false},
-		"verification Error":                          {on, latchedRec, verifiedStage(VerificationError, ""), false},
-		"verification Inconclusive":                   {on, latchedRec, verifiedStage("Inconclusive", ""), false},
-		"verification aborted by a user":              {on, latchedRec, verifiedStage(VerificationFailed, UserAbortMessage), false},
-		"verification not started":                    {on, latchedRec, with(flapping("Healthy", "Healthy"), func(o *Observation) { o.HasVerification = true }), false},
-		"verification Successful":                     {on, latchedRec, verifiedStage(VerificationSuccessful, ""), true},
-		"already marked in this cycle":                {on, func() Record { r := latchedRec.clone(); r.Marked = []string{"f-p1"}; return r }(), flapping("Healthy", "Healthy"), false},
+		"the promotion's Freight is not yet in the history": {on, latchedRec, with(flapping("Healthy", "Healthy"), func(o *Observation) { o.FreightNames = []string{"f-old"} }), false},
+		"verification Pending":                              {on, latchedRec, verifiedStage(VerificationPending, ""), false},
+		"verification Running":                              {on, latchedRec, verifiedStage(VerificationRunning, ""), false},
+		"verification Failed":                               {on, latchedRec, verifiedStage(VerificationFailed, "analysis failed"), false},
+		"verification Error":                                {on, latchedRec, verifiedStage(VerificationError, ""), false},
+		"verification Inconclusive":                         {on, latchedRec, verifiedStage("Inconclusive", ""), false},
+		"verification aborted by a user":                    {on, latchedRec, verifiedStage(VerificationFailed, UserAbortMessage), false},
+		"verification not started":                          {on, latchedRec, with(flapping("Healthy", "Healthy"), func(o *Observation) { o.HasVerification = true }), false},
+		"verification Successful":                           {on, latchedRec, verifiedStage(VerificationSuccessful, ""), true},
+		"already marked in this cycle":                      {on, func() Record { r := latchedRec.clone(); r.Marked = []string{"f-p1"}; return r }(), flapping("Healthy", "Healthy"), false},
 	}
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {
-			res := Step(tc.settings, tc.prior, tc.obs, at(minutes(10)))
+			if due := MarkDue(tc.settings, tc.prior, tc.obs, at(minutes(10))); due != tc.want {
+				t.Errorf("MarkDue = %v, want %v", due, tc.want)
+			}
+			res := Step(tc.settings, tc.prior, fresh(tc.obs), at(minutes(10)))
 			a, marked := actionOfKind(res, ActionMarkVerified)
 			if marked != tc.want {
 				t.Fatalf("asked to mark = %v, want %v (actions %+v)", marked, tc.want, res.Actions)
 			}
 			if marked && !a.VerifiedAt.Equal(*tc.prior.LatchedAt) {
-				t.Errorf("verifiedAt %v, want the latch time %v", a.VerifiedAt, tc.prior.LatchedAt)
+				t.Errorf("verifiedAt %v, want the stored latch time %v", a.VerifiedAt, tc.prior.LatchedAt)
+			}
+			if without := Step(tc.settings, tc.prior, tc.obs, at(minutes(10))); hasAction(without, ActionMarkVerified) {
+				t.Error("asked to mark on a view the operator did not read fresh (MayMark false)")
 			}
 		})
 	}
@@ -209,4 +231,27 @@ func actionOfKind(res Result, kind ActionKind) (Action, bool) {
 		}
 	}
 	return Action{}, false
+}
+
+// Apps that come and go within a cycle never push the record past its
+// bound: an App no longer listed is forgotten.
+func TestAppsHealthyStaysWithinTheBound(t *testing.T) {
+	r := promoted()
+	for round := range 3 {
+		obs := stageAfterP1(HealthProgressing)
+		for i := range 80 {
+			health := "Healthy"
+			if i == 0 {
+				health = "Progressing" // keep the cycle from latching
+			}
+			obs.Apps = append(obs.Apps, app(fmt.Sprint("r", round, "-", i), health))
+		}
+		r = Step(defaults(), r, obs, at(minutes(round+1))).Record
+		if len(r.AppsHealthy) > MaxApps {
+			t.Fatalf("round %d: %d Apps recorded", round, len(r.AppsHealthy))
+		}
+		if _, err := Decode(r.Encode()); err != nil {
+			t.Fatalf("round %d: the record no longer decodes: %v", round, err)
+		}
+	}
 }

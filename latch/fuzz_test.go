@@ -21,8 +21,9 @@ func observationsFrom(data []byte) (Settings, []Observation, []time.Duration) {
 	}
 	s := Settings{LatchDeadline: time.Duration(next()%4) * time.Minute, DegradedGrace: time.Duration(next()%4) * time.Minute}
 	s.PauseOnFailure = s.LatchDeadline%(2*time.Minute) == 0
-	s.MarkVerified = s.DegradedGrace%(2*time.Minute) == 0
-	hasVerification := s.DegradedGrace == time.Minute
+	flags := next()
+	s.MarkVerified = flags&1 != 0
+	hasVerification := flags&2 != 0
 	phases := []PromotionPhase{PromotionSucceeded, PromotionFailed, PromotionErrored, PromotionAborted, "Running", "Bogus"}
 	healths := []Health{HealthMissing, HealthHealthy, HealthNotApplicable, HealthProgressing, HealthUnknown, HealthUnhealthy}
 	verifications := []VerificationPhase{VerificationSuccessful, VerificationFailed, VerificationError, VerificationPending, VerificationRunning, "Inconclusive"}
@@ -30,7 +31,7 @@ func observationsFrom(data []byte) (Settings, []Observation, []time.Duration) {
 	var steps []time.Duration
 	for len(data) > 0 && len(obs) < 64 {
 		p, h, f, v, dt, a := next(), next(), next(), next(), next(), next()
-		o := Observation{Stage: "s", Health: healths[int(h)%len(healths)], PromotionRunning: f&0x80 != 0, HasVerification: hasVerification}
+		o := Observation{Stage: "s", Health: healths[int(h)%len(healths)], PromotionRunning: f&0x80 != 0, HasVerification: hasVerification, MayMark: dt&1 != 0}
 		// Up to three Apps, each Healthy, Progressing or Degraded, and
 		// Synced or not: two bits of health and one of sync each.
 		appHealths := []string{"Healthy", "Progressing", "Degraded", "Healthy"}
@@ -39,7 +40,9 @@ func observationsFrom(data []byte) (Settings, []Observation, []time.Duration) {
 			if a&(1<<i) != 0 && i < 2 {
 				sync = "OutOfSync"
 			}
-			o.Apps = append(o.Apps, App{Name: fmt.Sprint("app", i), Namespace: "argocd", Health: appHealths[int(a>>(2*i))%4], Sync: sync})
+			// Names from a pool that changes with the promotion, so that a
+			// cycle can see Apps come and go.
+			o.Apps = append(o.Apps, App{Name: fmt.Sprint("app", i, "-", p%3), Namespace: "argocd", Health: appHealths[int(a>>(2*i))%4], Sync: sync})
 		}
 		if v&0x80 != 0 {
 			o.Pauses = []string{"pause-" + fmt.Sprint(v%3)}
@@ -148,8 +151,11 @@ func checkInvariants(t *testing.T, s Settings, prior Record, o Observation, now 
 		if a.Kind != ActionMarkVerified {
 			continue
 		}
-		if !s.MarkVerified || r.Phase != PhaseLatched || len(o.Pauses) > 0 || r.LatchedAt == nil || !a.VerifiedAt.Equal(*r.LatchedAt) {
+		if !s.MarkVerified || !o.MayMark || r.Phase != PhaseLatched || len(o.Pauses) > 0 || r.LatchedAt == nil || !a.VerifiedAt.Equal(*r.LatchedAt) {
 			t.Fatalf("marked %v (settings %+v, phase %s, pauses %v)", a.Freight, s, r.Phase, o.Pauses)
+		}
+		if prior.Phase != PhaseLatched || prior.LatchedAt == nil || !prior.LatchedAt.Equal(a.VerifiedAt) {
+			t.Fatalf("marked %v before the latch was stored (prior %s)", a.Freight, prior.Phase)
 		}
 		if o.HasVerification && (o.Verification == nil || o.Verification.Phase != VerificationSuccessful) {
 			t.Fatalf("marked %v with verification %+v", a.Freight, o.Verification)

@@ -107,10 +107,11 @@ type Observation struct {
 	// Kargo wrote no output or one of a shape kargo-latch does not know:
 	// then only the aggregate health counts.
 	Apps []App
-	// MarkHeldCycle, when it names the record's cycle (Record.Cycle), stops
-	// the machine from asking to mark that cycle's Freight verified: the
-	// operator was refused the right, and waits before it tries again.
-	MarkHeldCycle string
+	// MayMark lets the machine ask to mark Freight verified. The operator
+	// sets it only for a view it has just read from the API server (the
+	// Stage and the pauses covering it), after the latch was stored, and
+	// while no earlier refusal holds marking back.
+	MayMark bool
 }
 
 // App is one Argo CD Application as Kargo's argocd-update health check

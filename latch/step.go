@@ -29,7 +29,7 @@ func Step(s Settings, prior Record, obs Observation, now time.Time) Result {
 	m.judgeHealth()
 	m.checkDeadlines()
 	m.trackPauses(prior.Pauses)
-	m.markVerified()
+	m.markVerified(prior)
 	return Result{Record: m.rec, Actions: m.actions, RequeueAfter: m.requeueAfter()}
 }
 
@@ -205,6 +205,13 @@ func (m *machine) trackApps() {
 	if !m.appsJudged() {
 		return
 	}
+	// An App the Stage no longer lists no longer counts; forgetting it also
+	// keeps the record within MaxApps however the list changes.
+	for key := range m.rec.AppsHealthy {
+		if !slices.ContainsFunc(m.obs.Apps, func(a App) bool { return a.Key() == key }) {
+			delete(m.rec.AppsHealthy, key)
+		}
+	}
 	for _, a := range m.obs.Apps {
 		if !a.counts() {
 			continue
@@ -312,11 +319,34 @@ func (m *machine) beginCycle(lp *Promotion) {
 
 // markVerified asks to mark the cycle's Freight verified in the Stage, as
 // Kargo does in a pass that sees the Stage Healthy, so that the Freight
-// flows downstream. It asks once per cycle and Freight: the record names the
-// Freight asked for, and the operator marks them before it stores the
-// record.
-func (m *machine) markVerified() {
-	if !m.settings.MarkVerified || m.obs.MarkHeldCycle == m.rec.Cycle() || !m.markable() {
+// flows downstream. It asks only when the latch is already stored (prior is
+// Latched in this same cycle), so that verifiedAt is the stored latchedAt
+// whatever happens to the mark; and once per cycle and Freight: the record
+// names the Freight asked for, and the operator marks them before it stores
+// the record.
+func (m *machine) markVerified(prior Record) {
+	if !m.obs.MayMark || prior.Phase != PhaseLatched || prior.Cycle() != m.rec.Cycle() {
+		return
+	}
+	m.askMark()
+}
+
+// MarkDue reports whether the Freight of rec's cycle should be marked
+// verified now, as far as obs shows: the operator then reads the Stage and
+// its pauses from the API server and steps again with MayMark, so that a
+// mark, which is never taken back, is never made from a stale view.
+func MarkDue(s Settings, rec Record, obs Observation, now time.Time) bool {
+	obs.MayMark = true
+	for _, a := range Step(s, rec, obs, now).Actions {
+		if a.Kind == ActionMarkVerified {
+			return true
+		}
+	}
+	return false
+}
+
+func (m *machine) askMark() {
+	if !m.settings.MarkVerified || !m.markable() {
 		return
 	}
 	var todo []string
@@ -346,6 +376,11 @@ func (m *machine) markVerified() {
 func (m *machine) markable() bool {
 	if m.rec.Phase != PhaseLatched || m.rec.LatchedAt == nil || !m.healthJudged() ||
 		len(m.obs.Pauses) > 0 || m.obs.FreightID == "" || m.obs.FreightID != m.rec.FreightID {
+		return false
+	}
+	// The promotion's own Freight must be the one Kargo shows: right after
+	// a promotion, freightHistory[0] may still be the previous Freight's.
+	if lp := m.obs.LastPromotion; lp.Freight != "" && !slices.Contains(m.obs.FreightNames, lp.Freight) {
 		return false
 	}
 	if m.obs.HasVerification {
