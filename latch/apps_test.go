@@ -255,3 +255,35 @@ func TestAppsHealthyStaysWithinTheBound(t *testing.T) {
 		}
 	}
 }
+
+// A Stage latched by its Apps recovers from Degraded the way it latched:
+// once every App was Healthy again, each at its own moment, although the
+// Stage is never Healthy as a whole. Otherwise one blip would fail it.
+func TestPerAppRecovery(t *testing.T) {
+	s := defaults()
+	rec := Step(s, promoted(), flapping("Healthy", "Healthy"), at(minutes(1))).Record
+	blip := with(flapping("Healthy", "Degraded"), func(o *Observation) { o.Health = HealthUnhealthy })
+	rec = Step(s, rec, blip, at(minutes(2))).Record
+	if rec.Phase != PhaseDegraded {
+		t.Fatalf("phase %s after a Degraded App, want Degraded", rec.Phase)
+	}
+	// While Unhealthy, no App counts towards recovery.
+	rec = Step(s, rec, blip, at(minutes(3))).Record
+	if len(rec.AppsRecovered) != 0 {
+		t.Errorf("Apps counted under an Unhealthy aggregate: %v", rec.AppsRecovered)
+	}
+	res := Step(s, rec, flapping("Healthy", "Progressing"), at(minutes(4)))
+	if res.Record.Phase != PhaseDegraded {
+		t.Fatalf("phase %s with one App back, want still Degraded", res.Record.Phase)
+	}
+	res = Step(s, res.Record, flapping("Progressing", "Healthy"), at(minutes(5)))
+	want := []Action{{Kind: ActionRecovered, Message: "every Application (2) was Healthy again"}}
+	if diff := cmp.Diff(want, res.Actions); diff != "" || res.Record.Phase != PhaseLatched || res.Record.AppsRecovered != nil {
+		t.Errorf("phase %s, appsRecovered %v, actions (-want +got):\n%s", res.Record.Phase, res.Record.AppsRecovered, diff)
+	}
+	// Without every App back within the grace, the cycle fails as before.
+	late := Step(s, rec, flapping("Healthy", "Progressing"), at(minutes(4)))
+	if got := Step(s, late.Record, flapping("Healthy", "Progressing"), at(minutes(8))).Record.Phase; got != PhaseFailed {
+		t.Errorf("phase %s past the grace with one App never back, want Failed", got)
+	}
+}

@@ -77,6 +77,9 @@ type Record struct {
 	// AppsHealthy holds, for this cycle, each Application ("namespace/name")
 	// seen Healthy and Synced while health was judged, with the first time.
 	AppsHealthy map[string]time.Time `json:"appsHealthy,omitempty"`
+	// AppsRecovered is AppsHealthy for a Degraded cycle: the Applications
+	// seen Healthy and Synced since degradedSince.
+	AppsRecovered map[string]time.Time `json:"appsRecovered,omitempty"`
 	// Marked names the Freight of this cycle that are verified in the
 	// Stage: marked by kargo-latch, or found already verified.
 	Marked []string `json:"marked,omitempty"`
@@ -117,8 +120,9 @@ type VerificationRecord struct {
 }
 
 // ReadsApps reports whether the machine may read per-Application health for
-// a Stage whose record is encoded: only a cycle still waiting for its latch
-// does (and a Stage without a usable record, which starts one). The Stage
+// a Stage whose record is encoded: only a cycle still waiting for its latch,
+// or a degraded one waiting to recover, does (and a Stage without a usable
+// record, which starts one). The Stage
 // mirror keeps the Apps of only such Stages, so that thousands of latched
 // Stages with dozens of Apps each cost no memory for them.
 func ReadsApps(encoded string) bool {
@@ -128,7 +132,7 @@ func ReadsApps(encoded string) bool {
 	if encoded == "" || json.Unmarshal([]byte(encoded), &r) != nil {
 		return true
 	}
-	return r.Phase == PhasePromoted || !slices.Contains(Phases, r.Phase)
+	return r.Phase == PhasePromoted || r.Phase == PhaseDegraded || !slices.Contains(Phases, r.Phase)
 }
 
 // Cycle identifies r's latch cycle: its Freight collection and promotion.
@@ -181,6 +185,9 @@ func (r *Record) validate() error {
 	if len(r.AppsHealthy) > MaxApps {
 		return fmt.Errorf("state lists %d Applications, more than %d", len(r.AppsHealthy), MaxApps)
 	}
+	if len(r.AppsRecovered) > MaxApps {
+		return fmt.Errorf("state lists %d recovered Applications, more than %d", len(r.AppsRecovered), MaxApps)
+	}
 	if len(r.Marked) > MaxApps {
 		return fmt.Errorf("state lists %d marked Freight, more than %d", len(r.Marked), MaxApps)
 	}
@@ -197,6 +204,7 @@ func (r *Record) clone() Record {
 	c.History = slices.Clone(r.History)
 	c.Marked = slices.Clone(r.Marked)
 	c.AppsHealthy = maps.Clone(r.AppsHealthy)
+	c.AppsRecovered = maps.Clone(r.AppsRecovered)
 	if r.Verification != nil {
 		v := *r.Verification
 		c.Verification = &v

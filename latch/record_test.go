@@ -94,7 +94,7 @@ func TestReadsApps(t *testing.T) {
 		`{"phase":"Bogus"}`:               true,
 		promoted().Encode():               true,
 		latched().Encode():                false,
-		degraded(minutes(3)).Encode():     false,
+		degraded(minutes(3)).Encode():     true,
 		Record{Phase: PhaseIdle}.Encode(): false,
 		failedAt(latched(), 0, ReasonDegraded, "x").Encode(): false,
 	} {

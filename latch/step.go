@@ -162,11 +162,11 @@ func (m *machine) judgeHealth() {
 	h := m.obs.Health
 	switch m.rec.Phase {
 	case PhasePromoted:
-		m.trackApps()
+		m.trackApps(&m.rec.AppsHealthy)
 		switch {
 		case h == HealthHealthy:
 			m.latch(LatchedByStage)
-		case m.everyAppHealthy():
+		case m.everyApp(m.rec.AppsHealthy):
 			m.latch(LatchedByApps)
 		}
 	case PhaseLatched:
@@ -178,15 +178,27 @@ func (m *machine) judgeHealth() {
 		case h.keepsLatch():
 		default:
 			since := m.now
-			m.rec.Phase, m.rec.DegradedSince = PhaseDegraded, &since
+			m.rec.Phase, m.rec.DegradedSince, m.rec.AppsRecovered = PhaseDegraded, &since, nil
 			m.act(Action{Kind: ActionDegraded, Message: fmt.Sprintf("Stage health is %s after the latch", describe(h))})
 		}
 	case PhaseDegraded:
-		if h == HealthHealthy || h == HealthNotApplicable {
-			m.rec.Phase, m.rec.DegradedSince = PhaseLatched, nil
-			m.act(Action{Kind: ActionRecovered, Message: fmt.Sprintf("Stage health is %s again", h)})
+		// A Stage recovers as it latched: Healthy as a whole, or every App
+		// Healthy again, each at its own moment. Apps that flap out of
+		// phase keep the Stage from ever being Healthy as a whole, and
+		// without the second rule one blip would fail it past the grace.
+		m.trackApps(&m.rec.AppsRecovered)
+		switch {
+		case h == HealthHealthy || h == HealthNotApplicable:
+			m.recover(fmt.Sprintf("Stage health is %s again", h))
+		case m.everyApp(m.rec.AppsRecovered):
+			m.recover(fmt.Sprintf("every Application (%d) was Healthy again", len(m.obs.Apps)))
 		}
 	}
+}
+
+func (m *machine) recover(msg string) {
+	m.rec.Phase, m.rec.DegradedSince, m.rec.AppsRecovered = PhaseLatched, nil, nil
+	m.act(Action{Kind: ActionRecovered, Message: msg})
 }
 
 // appsJudged reports whether this observation may count Applications as
@@ -199,42 +211,42 @@ func (m *machine) appsJudged() bool {
 		len(m.obs.Apps) > 0 && len(m.obs.Apps) <= MaxApps
 }
 
-// trackApps records each Application seen Healthy and Synced in this cycle,
-// with the first time it was seen so.
-func (m *machine) trackApps() {
+// trackApps records in seen each Application seen Healthy and Synced, with
+// the first time it was seen so.
+func (m *machine) trackApps(seen *map[string]time.Time) {
 	if !m.appsJudged() {
 		return
 	}
 	// An App the Stage no longer lists no longer counts; forgetting it also
 	// keeps the record within MaxApps however the list changes.
-	for key := range m.rec.AppsHealthy {
+	for key := range *seen {
 		if !slices.ContainsFunc(m.obs.Apps, func(a App) bool { return a.Key() == key }) {
-			delete(m.rec.AppsHealthy, key)
+			delete(*seen, key)
 		}
 	}
 	for _, a := range m.obs.Apps {
 		if !a.counts() {
 			continue
 		}
-		if _, seen := m.rec.AppsHealthy[a.Key()]; seen {
+		if _, ok := (*seen)[a.Key()]; ok {
 			continue
 		}
-		if m.rec.AppsHealthy == nil {
-			m.rec.AppsHealthy = map[string]time.Time{}
+		if *seen == nil {
+			*seen = map[string]time.Time{}
 		}
-		m.rec.AppsHealthy[a.Key()] = m.now
+		(*seen)[a.Key()] = m.now
 	}
 }
 
-// everyAppHealthy reports whether every Application listed now has been
-// Healthy in this cycle, each at its own moment: apps that flap out of phase
-// are never Healthy together, yet each has shown that the promotion works.
-func (m *machine) everyAppHealthy() bool {
+// everyApp reports whether every Application listed now is in seen, each
+// seen Healthy at its own moment: apps that flap out of phase are never
+// Healthy together, yet each has shown that the promotion works.
+func (m *machine) everyApp(seen map[string]time.Time) bool {
 	if !m.appsJudged() {
 		return false
 	}
 	for _, a := range m.obs.Apps {
-		if _, seen := m.rec.AppsHealthy[a.Key()]; !seen {
+		if _, ok := seen[a.Key()]; !ok {
 			return false
 		}
 	}
@@ -314,7 +326,7 @@ func (m *machine) beginCycle(lp *Promotion) {
 	}
 	r.PromotedAt = &at
 	r.AdoptedAt, r.LatchedAt, r.DegradedSince, r.Failure, r.Verification = nil, nil, nil, nil, nil
-	r.LatchedBy, r.AppsHealthy, r.Marked = "", nil, nil
+	r.LatchedBy, r.AppsHealthy, r.AppsRecovered, r.Marked = "", nil, nil, nil
 }
 
 // markVerified asks to mark the cycle's Freight verified in the Stage, as

@@ -257,3 +257,40 @@ func TestAppsUnknownOutputShapeUsesAggregateOnly(t *testing.T) {
 		}
 	}
 }
+
+// A Stage latched by its Apps recovers from a Degraded blip once every App
+// was Healthy again, each at its own moment, although the Stage is never
+// Healthy as a whole; it is not failed at the end of the grace.
+func TestAppsRecoverPerAppAfterADegradedBlip(t *testing.T) {
+	t.Parallel()
+	ns := env.newProject(t)
+	startOperator(t, ns, fastSettings())
+	s := env.createStage(t, ns, "test", map[string]string{
+		controller.DegradedGraceAnnotation:  "6s",
+		controller.PauseOnFailureAnnotation: "true",
+	})
+	if r, _ := latchByApps(t, s); r.LatchedBy != latch.LatchedByApps {
+		t.Fatalf("latchedBy = %q, want %q", r.LatchedBy, latch.LatchedByApps)
+	}
+	must(t, s.SetAppsHealth(ctx, kargo.HealthUnhealthy, app("a", "Degraded"), app("b", "Healthy")))
+	waitPhase(t, s, latch.PhaseDegraded)
+	// Back to flapping out of phase: a, then b.
+	must(t, s.SetAppsHealth(ctx, kargo.HealthProgressing, app("a", "Healthy"), app("b", "Progressing")))
+	waitFor(t, "a to count towards recovery", func() bool { return len(stageRecord(t, s).AppsRecovered) == 1 })
+	must(t, s.SetAppsHealth(ctx, kargo.HealthProgressing, app("a", "Progressing"), app("b", "Healthy")))
+	r := waitPhase(t, s, latch.PhaseLatched)
+	if r.DegradedSince != nil || r.AppsRecovered != nil {
+		t.Errorf("recovered record keeps degradedSince %v, appsRecovered %v", r.DegradedSince, r.AppsRecovered)
+	}
+	if ev := waitEvent(t, s, controller.ReasonStageRecovered); !strings.Contains(ev.Message, "every Application") {
+		t.Errorf("StageRecovered says %q, want the per-App recovery", ev.Message)
+	}
+	// Past the grace it stays Latched and unpaused.
+	time.Sleep(7 * time.Second)
+	if r := stageRecord(t, s); r.Phase != latch.PhaseLatched {
+		t.Errorf("phase %s past the grace, want Latched", r.Phase)
+	}
+	if paused(t, s) {
+		t.Error("Stage paused after it recovered")
+	}
+}
