@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"encoding/json"
 	"testing"
 	"time"
 
@@ -135,4 +136,45 @@ func mayServiceAccount(t *testing.T, name string, a authorizationv1.ResourceAttr
 	}, metav1.CreateOptions{})
 	must(t, err)
 	return sar.Status.Allowed
+}
+
+// RBAC grants patch on freights/status whole; the component's admission
+// policy narrows it: the operator may only add verifiedIn entries. Tried as
+// the operator's identity on a real Freight.
+func TestMarkVerifiedGuardAllowsOnlyNewVerifiedInEntries(t *testing.T) {
+	t.Parallel()
+	ns := env.newProject(t)
+	s := env.createStage(t, ns, "test", nil)
+	_, err := s.FinishPromotion(ctx, "Succeeded")
+	must(t, err)
+	freight, err := s.CurrentFreight(ctx)
+	must(t, err)
+	must(t, s.MarkVerified(ctx, freight, time.Date(2026, 11, 30, 8, 0, 0, 0, time.UTC)))
+	must(t, patchFreightStatus(ns, freight, map[string]any{"approvedFor": map[string]any{"uat": map[string]any{"approvedAt": "2026-11-30T08:00:00Z"}}}))
+
+	asOperator := dynamic.NewForConfigOrDie(env.marker).Resource(kargo.FreightsResource).Namespace(ns)
+	patch := func(status map[string]any) error {
+		body, _ := json.Marshal(map[string]any{"status": status})
+		_, err := asOperator.Patch(ctx, freight, types.MergePatchType, body, metav1.PatchOptions{}, "status")
+		return err
+	}
+	for name, status := range map[string]map[string]any{
+		"change Kargo's verifiedAt":   {"verifiedIn": map[string]any{"test": map[string]any{"verifiedAt": "2026-11-30T09:00:00Z"}}},
+		"remove Kargo's verifiedIn":   {"verifiedIn": map[string]any{"test": nil}},
+		"approve for another Stage":   {"approvedFor": map[string]any{"prod": map[string]any{"approvedAt": "2026-11-30T09:00:00Z"}}},
+		"remove an approval":          {"approvedFor": nil},
+		"move the Freight's presence": {"currentlyIn": map[string]any{"prod": map[string]any{"since": "2026-11-30T09:00:00Z"}}},
+	} {
+		if err := patch(status); !apierrors.IsForbidden(err) {
+			t.Errorf("%s: got %v, want Forbidden by the mark-verified guard", name, err)
+		}
+	}
+	must(t, patch(map[string]any{"verifiedIn": map[string]any{"qa": map[string]any{"verifiedAt": "2026-11-30T09:00:00Z"}}}))
+	f := freightOnServer(t, ns, freight)
+	if at, _ := verifiedAt(f, "test"); at != "2026-11-30T08:00:00Z" {
+		t.Errorf("Kargo's verifiedAt became %s", at)
+	}
+	if at, _ := verifiedAt(f, "qa"); at != "2026-11-30T09:00:00Z" {
+		t.Errorf("the added entry reads %q", at)
+	}
 }

@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -176,16 +177,40 @@ func markerIdentity(c *cluster.Cluster) ([]*unstructured.Unstructured, error) {
 		return nil, err
 	}
 	subject := []any{map[string]any{"kind": "ServiceAccount", "name": markerServiceAccount, "namespace": "kargo-latch"}}
-	bound := false
+	const shippedUser = "system:serviceaccount:kargo-latch:kargo-latch"
+	bound, guarded := false, false
 	for _, o := range objs {
-		if o.GetKind() == "ClusterRoleBinding" {
+		switch o.GetKind() {
+		case "ClusterRoleBinding":
+			shipped, _, _ := unstructured.NestedSlice(o.Object, "subjects")
+			if len(shipped) != 1 || fmt.Sprint(shipped[0]) != fmt.Sprint(map[string]any{"kind": "ServiceAccount", "name": "kargo-latch", "namespace": "kargo-latch"}) {
+				return nil, fmt.Errorf("the mark-verified component binds %v, want the ServiceAccount kargo-latch/kargo-latch", shipped)
+			}
 			o.SetName("e2e-" + o.GetName() + "-marker")
 			o.Object["subjects"] = subject
 			bound = true
+		case "ValidatingAdmissionPolicy":
+			conds, _, _ := unstructured.NestedSlice(o.Object, "spec", "matchConditions")
+			for _, c := range conds {
+				cond := c.(map[string]any)
+				expr, _ := cond["expression"].(string)
+				if !strings.Contains(expr, `"`+shippedUser+`"`) {
+					return nil, fmt.Errorf("the mark-verified guard does not match the operator's ServiceAccount: %s", expr)
+				}
+				cond["expression"] = strings.ReplaceAll(expr, shippedUser, "system:serviceaccount:kargo-latch:"+markerServiceAccount)
+				guarded = true
+			}
+			if err := unstructured.SetNestedSlice(o.Object, conds, "spec", "matchConditions"); err != nil {
+				return nil, err
+			}
+			o.SetName("e2e-" + o.GetName() + "-marker")
+		case "ValidatingAdmissionPolicyBinding":
+			o.SetName("e2e-" + o.GetName() + "-marker")
+			_ = unstructured.SetNestedField(o.Object, "e2e-kargo-latch-mark-verified-only-marker", "spec", "policyName")
 		}
 	}
-	if !bound {
-		return nil, fmt.Errorf("the mark-verified component binds no ClusterRole")
+	if !bound || !guarded {
+		return nil, fmt.Errorf("the mark-verified component binds no ClusterRole or guards nothing")
 	}
 	return append(objs,
 		&unstructured.Unstructured{Object: map[string]any{
