@@ -33,15 +33,15 @@ func TestMarkForbiddenWarnsAndLatchesAnyway(t *testing.T) {
 		f.client.PrependReactor("get", "freights", func(k8stesting.Action) (bool, runtime.Object, error) {
 			return true, nil, apierrors.NewForbidden(kargo.FreightsResource.GroupResource(), "f1", nil)
 		})
-	}, markableStage("prod"))
+	}, markableStage("qa"))
 	// The latch is stored before the mark is tried.
 	f.waitEvent("Normal HealthLatched")
 	msg := f.waitEvent("Warning MarkVerifiedForbidden")
 	if !strings.Contains(msg, "manifests/components/mark-verified") {
 		t.Errorf("the Warning does not say how to fix it: %s", msg)
 	}
-	waitUntil(t, func() bool { r := f.record("prod"); return r.Phase == latch.PhaseLatched })
-	if r := f.record("prod"); len(r.Marked) != 0 {
+	waitUntil(t, func() bool { r := f.record("qa"); return r.Phase == latch.PhaseLatched })
+	if r := f.record("qa"); len(r.Marked) != 0 {
 		t.Errorf("record says %v marked although marking was refused", r.Marked)
 	}
 }
