@@ -87,6 +87,9 @@ func TestPerAppLatchRules(t *testing.T) {
 		"both Apps Healthy at once under a Progressing aggregate latch by Applications": {
 			obs: flapping("Healthy", "Healthy"), wantApps: []string{"argocd/a", "argocd/b"}, wantLatched: true,
 		},
+		"a latch on the Stage's own Healthy keeps no per-App times": {
+			obs: with(flapping("Healthy", "Healthy"), func(o *Observation) { o.Health = HealthHealthy }), wantLatched: true,
+		},
 		"no per-App data: only the aggregate rule": {
 			obs: with(flapping("Healthy", "Healthy"), func(o *Observation) { o.Apps = nil }),
 		},

@@ -256,6 +256,11 @@ func (m *machine) everyApp(seen map[string]time.Time) bool {
 func (m *machine) latch(by string) {
 	at := m.now
 	m.rec.Phase, m.rec.LatchedAt, m.rec.LatchedBy = PhaseLatched, &at, by
+	if by == LatchedByStage {
+		// The Apps' own times did not form this latch; the record, kept in
+		// every replica's cache, stays small.
+		m.rec.AppsHealthy = nil
+	}
 	msg := "Stage became Healthy after " + m.cycleName()
 	if by == LatchedByApps {
 		msg = fmt.Sprintf("every Application (%d) was Healthy after %s", len(m.obs.Apps), m.cycleName())
