@@ -43,7 +43,7 @@ func (e errMarkForbidden) Error() string { return e.err.Error() }
 // turned a moment ago must stop it. The marked Freight are then stored in
 // the record. A mark that fails holds back marking of this cycle for a
 // while; it never holds back the rest of the latch, which is stored already.
-func (c *Controller) markPass(ctx context.Context, key cache.ObjectName, stored *kargo.Stage, m *memo, settings latch.Settings, now time.Time) error {
+func (c *Controller) markPass(ctx context.Context, key cache.ObjectName, stored *kargo.Stage, m *memo, settings latch.Settings, now time.Time, reads *markReads) error {
 	stage := stored
 	if stage == nil {
 		var err error
@@ -51,7 +51,8 @@ func (c *Controller) markPass(ctx context.Context, key cache.ObjectName, stored 
 			return err
 		}
 	}
-	pauses, err := c.livePauses(ctx, stage)
+	<-reads.done
+	pauses, err := reads.pauses, reads.pausesErr
 	if err != nil {
 		return err
 	}
@@ -65,8 +66,8 @@ func (c *Controller) markPass(ctx context.Context, key cache.ObjectName, stored 
 		return nil
 	}
 	if c.cfg.DryRun {
-		c.reportDryRunMark(ctx, stage, a)
-	} else if err := c.markVerified(ctx, stage, res.Record, a); err != nil {
+		c.reportDryRunMark(ctx, stage, a, reads)
+	} else if err := c.markVerified(ctx, stage, res.Record, a, reads); err != nil {
 		c.markFailed(ctx, stage, m, res.Record, err, now)
 		return nil
 	}
@@ -94,12 +95,12 @@ func (c *Controller) markPass(ctx context.Context, key cache.ObjectName, stored 
 //     latchedAt was marked by an earlier try cut short: it gets its Event
 //     if the crash came before it (a second create finds the first). One
 //     verified at another time was verified by Kargo: no write, no Event.
-func (c *Controller) markVerified(ctx context.Context, stage *kargo.Stage, rec latch.Record, a latch.Action) error {
+func (c *Controller) markVerified(ctx context.Context, stage *kargo.Stage, rec latch.Record, a latch.Action, reads *markReads) error {
 	freights := c.cfg.Dynamic.Resource(kargo.FreightsResource).Namespace(stage.Namespace)
 	logger := klog.FromContext(ctx)
 	verifiedAt := a.VerifiedAt.UTC().Format(time.RFC3339)
 	for _, name := range a.Freight {
-		f, err := freights.Get(ctx, name, metav1.GetOptions{})
+		f, err := c.freight(ctx, reads, stage.Namespace, name)
 		switch {
 		case apierrors.IsNotFound(err):
 			logger.Info("Freight to mark verified is gone; skipping it", "freight", name)
@@ -175,10 +176,10 @@ func (c *Controller) markForbidden(stage *kargo.Stage, m *memo, rec latch.Record
 // reportDryRunMark says what a dry run would have marked: the Freight not
 // yet verified in the Stage, as read now (read errors count as "would
 // mark": a dry run writes nothing either way).
-func (c *Controller) reportDryRunMark(ctx context.Context, stage *kargo.Stage, a latch.Action) {
+func (c *Controller) reportDryRunMark(ctx context.Context, stage *kargo.Stage, a latch.Action, reads *markReads) {
 	var would []string
 	for _, name := range a.Freight {
-		f, err := c.cfg.Dynamic.Resource(kargo.FreightsResource).Namespace(stage.Namespace).Get(ctx, name, metav1.GetOptions{})
+		f, err := c.freight(ctx, reads, stage.Namespace, name)
 		if err == nil && hasVerifiedIn(f, stage.Name) {
 			continue
 		}

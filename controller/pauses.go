@@ -77,15 +77,15 @@ func (c *Controller) coveringPauses(ns, stage string) []*v1alpha1.StagePause {
 // livePauses lists, from the API server, the pauses in force for a Stage,
 // sorted by name: for a decision that must not rest on a cache that may lag
 // behind a pause just made.
-func (c *Controller) livePauses(ctx context.Context, stage *kargo.Stage) ([]*v1alpha1.StagePause, error) {
-	list, err := c.cfg.Dynamic.Resource(v1alpha1.StagePausesResource).Namespace(stage.Namespace).List(ctx, metav1.ListOptions{})
+func (c *Controller) livePauses(ctx context.Context, ns, stage string) ([]*v1alpha1.StagePause, error) {
+	list, err := c.cfg.Dynamic.Resource(v1alpha1.StagePausesResource).Namespace(ns).List(ctx, metav1.ListOptions{})
 	if err != nil {
 		return nil, fmt.Errorf("listing StagePauses: %w", err)
 	}
 	var out []*v1alpha1.StagePause
 	for i := range list.Items {
 		obj, _ := transformPause(&list.Items[i])
-		if p, ok := obj.(*v1alpha1.StagePause); ok && p.DeletionTimestamp == nil && p.Covers(stage.Name) {
+		if p, ok := obj.(*v1alpha1.StagePause); ok && p.DeletionTimestamp == nil && p.Covers(stage) {
 			out = append(out, p)
 		}
 	}

@@ -67,6 +67,13 @@ func (c *Controller) syncStage(ctx context.Context, key cache.ObjectName) (time.
 		}
 		res, obs = c.step(stage, m, settings, pauses, now)
 	}
+	var reads *markReads
+	if latch.MarkDue(settings, res.Record, obs, now) && m.markHeld(now) != res.Record.Cycle() {
+		// The Freight of this latch will be marked once the latch is
+		// stored: read what the mark rests on meanwhile.
+		reads = c.startMarkReads(ctx, key.Namespace, key.Name, obs.FreightNames)
+		defer func() { <-reads.done }()
+	}
 	if err := c.beforeStore(ctx, stage, settings, pauses, res); err != nil {
 		return 0, err
 	}
@@ -76,9 +83,8 @@ func (c *Controller) syncStage(ctx context.Context, key cache.ObjectName) (time.
 	}
 	c.afterStore(stage, pauses, res, restored)
 	m.health = obs.Health
-	if latch.MarkDue(settings, res.Record, obs, now) && m.markHeld(now) != res.Record.Cycle() {
-		// The latch is stored; now its Freight may be marked verified.
-		if err := c.markPass(ctx, key, stored, m, settings, now); err != nil {
+	if reads != nil {
+		if err := c.markPass(ctx, key, stored, m, settings, now, reads); err != nil {
 			return 0, err
 		}
 	}
