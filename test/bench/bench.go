@@ -19,14 +19,12 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/kargo-latch/kargo-latch/api/v1alpha1"
 	"github.com/kargo-latch/kargo-latch/controller"
 	"github.com/kargo-latch/kargo-latch/kargo"
-	"github.com/kargo-latch/kargo-latch/latch"
 	"github.com/kargo-latch/kargo-latch/test/cluster"
 	"github.com/kargo-latch/kargo-latch/test/driver"
 )
@@ -40,6 +38,7 @@ type bench struct {
 	o        options
 	c        *cluster.Cluster
 	dyn      dynamic.Interface
+	kube     kubernetes.Interface
 	kargo    *driver.Kargo
 	watcher  *watcher
 	busy     []*driver.Stage
@@ -53,7 +52,7 @@ type bench struct {
 func newBench(ctx context.Context, c *cluster.Cluster, o options) (*bench, error) {
 	b := &bench{o: o, c: c, dyn: dynamic.NewForConfigOrDie(c.Config)}
 	b.kargo = driver.New(b.dyn)
-	objs, err := cluster.Kustomize(filepath.Join(c.Root, "manifests", "default"))
+	objs, err := installManifests(c)
 	if err != nil {
 		return nil, err
 	}
@@ -61,6 +60,7 @@ func newBench(ctx context.Context, c *cluster.Cluster, o options) (*bench, error
 		return nil, err
 	}
 	kube := kubernetes.NewForConfigOrDie(c.Config)
+	b.kube = kube
 	for _, ns := range []string{busyNS, wideNS} {
 		if _, err := kube.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil {
 			return nil, err
@@ -81,15 +81,42 @@ func newBench(ctx context.Context, c *cluster.Cluster, o options) (*bench, error
 	return b, nil
 }
 
+// installManifests builds manifests/default with the opt-in mark-verified
+// component, as an installation that turns mark-verified on would.
+func installManifests(c *cluster.Cluster) ([]*unstructured.Unstructured, error) {
+	overlay := filepath.Join(c.Dir, "bench-install")
+	if err := os.MkdirAll(overlay, 0o700); err != nil {
+		return nil, err
+	}
+	var rel [2]string
+	for i, dir := range []string{"default", filepath.Join("components", "mark-verified")} {
+		r, err := filepath.Rel(overlay, filepath.Join(c.Root, "manifests", dir))
+		if err != nil {
+			return nil, err
+		}
+		rel[i] = r
+	}
+	k := fmt.Sprintf("apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\nresources: [%q]\ncomponents: [%q]\n", rel[0], rel[1])
+	if err := os.WriteFile(filepath.Join(overlay, "kustomization.yaml"), []byte(k), 0o600); err != nil {
+		return nil, err
+	}
+	return cluster.Kustomize(overlay)
+}
+
 // setUp creates the Stages and lets the operator latch them all.
 func (b *bench) setUp(ctx context.Context) ([]row, error) {
-	say("creating %d busy Stages (~64 KB of status each) and %d small ones", b.o.stages, b.o.wide)
+	say("creating %d busy Stages (status as Kargo keeps it, %d Apps each) and %d small ones", b.o.stages, driver.BusyApps, b.o.wide)
 	var err error
 	if b.busy, err = b.createStages(ctx, busyNS, b.o.stages, true); err != nil {
 		return nil, err
 	}
 	if b.wide, err = b.createStages(ctx, wideNS, b.o.wide, false); err != nil {
 		return nil, err
+	}
+	if one, err := b.busy[0].Get(ctx); err == nil {
+		if body, err := one.MarshalJSON(); err == nil {
+			say("one busy Stage is %.1f KB of JSON", float64(len(body))/1024)
+		}
 	}
 	if err := b.startOperator(); err != nil {
 		return nil, err
@@ -100,6 +127,10 @@ func (b *bench) setUp(ctx context.Context) ([]row, error) {
 	}); err != nil {
 		return nil, err
 	}
+	b.watcher.mu.Lock()
+	record := b.watcher.state[busyNS+"/"+b.busy[0].Name]
+	b.watcher.mu.Unlock()
+	say("one busy Stage's record (%s) is %d bytes", controller.StateAnnotation, len(record))
 	return nil, nil
 }
 
@@ -148,7 +179,7 @@ func (b *bench) startOperator() error {
 		return err
 	}
 	b.operator = exec.Command(binPath(b.c, "kargo-latch"), "--kubeconfig", b.kubecfg,
-		"--namespace", busyNS, "--namespace", wideNS, "--metrics-bind-address", "0",
+		"--namespace", busyNS, "--namespace", wideNS, "--metrics-bind-address", "0", "--mark-verified",
 		"--health-probe-bind-address", "127.0.0.1:"+strconv.Itoa(ports[0]))
 	b.operator.Stdout, b.operator.Stderr = log, log
 	// As manifests/base/deployment.yaml runs it.
@@ -180,10 +211,12 @@ func (b *bench) ready() bool {
 }
 
 // churn writes status changes Kargo-style at the given rate until ctx is
-// done: health flaps on Stages other than the first spare ones. At most 16
-// writes are in flight; a tick that finds them all busy is skipped, so an
-// overloaded apiserver is not buried. It returns the writes made.
-func (b *bench) churn(ctx context.Context, perSecond int, spare int, done *atomic.Int64) {
+// done: health flaps of the busy Stages from the reserved-th on. A flap to
+// Progressing makes one App Progressing, a flap back makes all Healthy, and
+// each writes the whole 40-App output, as Kargo does. At most 16 writes are
+// in flight; a tick that finds them all busy is skipped, so an overloaded
+// apiserver is not buried. done counts the writes made.
+func (b *bench) churn(ctx context.Context, perSecond int, reserved int, done *atomic.Int64) {
 	tick := time.NewTicker(time.Second / time.Duration(perSecond))
 	defer tick.Stop()
 	inFlight := make(chan struct{}, 16)
@@ -198,52 +231,61 @@ func (b *bench) churn(ctx context.Context, perSecond int, spare int, done *atomi
 		default:
 			continue
 		}
-		s := b.busy[spare+rand.IntN(len(b.busy)-spare)] //nolint:gosec // load pattern, not security
-		h := kargo.HealthProgressing
+		s := b.busy[reserved+rand.IntN(len(b.busy)-reserved)] //nolint:gosec // load pattern, not security
+		flapping := rand.IntN(driver.BusyApps)                //nolint:gosec // load pattern, not security
+		aggregate, apps := kargo.HealthProgressing, appsHealthyBut(flapping)
 		if i%2 == 1 {
-			h = kargo.HealthHealthy
+			aggregate, apps = kargo.HealthHealthy, appsHealthyBut(-1)
 		}
 		go func() {
 			defer func() { <-inFlight }()
-			if s.SetHealth(ctx, h) == nil {
+			if s.SetBusyHealth(ctx, aggregate, apps) == nil {
 				done.Add(1)
 			}
 		}()
 	}
 }
 
-// reaction times, under churn, the raw PATCH→watch round trip and the
-// operator's reaction to failures, and counts its writes in a steady state.
+// reaction times, under churn, the raw PATCH→watch round trip, the
+// operator's reaction to failures and its latch → verifiedIn path, and then
+// counts its writes in a steady state. The failures and the marked cycles
+// take their own busy Stages, which the churn leaves alone.
 func (b *bench) reaction(ctx context.Context) ([]row, error) {
 	churnCtx, stopChurn := context.WithCancel(ctx)
 	defer stopChurn()
-	spare := min(b.o.samples, len(b.busy)/2)
+	spare := min(b.o.samples, len(b.busy)/4)
+	failing, marking := b.busy[:spare], b.busy[spare:2*spare]
+	reserved := 2 * spare
 	var churned atomic.Int64
 	churnStart := time.Now()
-	go b.churn(churnCtx, b.o.churn, spare, &churned)
+	go b.churn(churnCtx, b.o.churn, reserved, &churned)
 	time.Sleep(2 * time.Second)
 
 	say("baseline: PATCH one busy Stage, observe it through a watch (%d samples)", 2*b.o.samples)
-	var base []time.Duration
+	var base, request, hop []time.Duration
+	server := b.viewServer(ctx)
 	for i := range 2 * b.o.samples {
-		s := b.busy[spare+i%(len(b.busy)-spare)]
+		s := b.busy[reserved+i%(len(b.busy)-reserved)]
 		value := strconv.Itoa(i)
 		t0 := time.Now()
 		patch := fmt.Sprintf(`{"metadata":{"annotations":{"bench/ping":%q}}}`, value)
 		if _, err := b.dyn.Resource(kargo.StagesResource).Namespace(busyNS).Patch(ctx, s.Name, types.MergePatchType, []byte(patch), metav1.PatchOptions{}); err != nil {
 			return nil, err
 		}
+		returned := time.Now()
 		seen, err := b.watcher.waitPing(ctx, s.Name, value)
 		if err != nil {
 			return nil, err
 		}
-		base = append(base, seen.Sub(t0))
+		base, request, hop = append(base, seen.Sub(t0)), append(request, returned.Sub(t0)), append(hop, seen.Sub(returned))
 	}
+	say("baseline, split: the PATCH returned %v; → the watcher saw it %v", percentiles(request), percentiles(hop))
+	b.sayServerSide(ctx, "baseline", server, "PATCH stages", "PATCH stages/status")
 
-	say("reaction: a promotion fails; time until a watcher sees the paused label (%d samples)", spare)
+	say("reaction: a promotion fails; time until a watcher sees the paused label (%d samples)", len(failing))
 	var react []time.Duration
-	for i := range spare {
-		s := b.busy[i]
+	server = b.viewServer(ctx)
+	for _, s := range failing {
 		t0 := time.Now()
 		if _, err := s.FinishPromotion(ctx, "Failed"); err != nil {
 			return nil, err
@@ -256,19 +298,31 @@ func (b *bench) reaction(ctx context.Context) ([]row, error) {
 		time.Sleep(50 * time.Millisecond)
 	}
 
+	b.sayServerSide(ctx, "reaction", server, "GET stages", "POST stagepauses", "POST events", "PATCH stages", "PATCH stages/status")
+
+	say("mark verified: every App Healthy in the cycle; time until a watcher sees verifiedIn on the Freight (%d samples)", len(marking))
+	verified, err := b.verifiedLatency(ctx, marking)
+	if err != nil {
+		return nil, err
+	}
+
 	say("steady state: counting the operator's writes during %v of churn", b.o.steadyFor)
-	before := b.watcher.operatorWrites()
+	stagesBefore, marksBefore := b.watcher.operatorWrites()
 	time.Sleep(b.o.steadyFor)
-	writes := b.watcher.operatorWrites() - before
+	stagesAfter, marksAfter := b.watcher.operatorWrites()
+	stageWrites, marks := stagesAfter-stagesBefore, marksAfter-marksBefore
+	writes := stageWrites + marks
 	perStageHour := float64(writes) / float64(len(b.busy)) / b.o.steadyFor.Hours()
 	rate := float64(churned.Load()) / time.Since(churnStart).Seconds()
 
-	bp, rp := percentiles(base), percentiles(react)
+	bp, rp, vp := percentiles(base), percentiles(react), percentiles(verified)
 	return []row{
 		{figure: "1. reaction latency (failure → paused label seen)", value: rp.String(), baseline: "PATCH→watch " + bp.String(),
 			goal: "p99 ≤ 2.5× baseline p99", met: rp.p99 <= bp.p99*5/2, ratio: fmt.Sprintf("p99 %.2f×", float64(rp.p99)/float64(bp.p99))},
-		{figure: "5. steady-state writes", value: fmt.Sprintf("%d writes in %v (%.3f per Stage per hour)", writes, b.o.steadyFor, perStageHour),
+		{figure: "5. steady-state writes", value: fmt.Sprintf("%d writes in %v: %d to Stages, %d Freight marks (%.3f per Stage per hour)", writes, b.o.steadyFor, stageWrites, marks, perStageHour),
 			baseline: fmt.Sprintf("%.0f status writes/s of churn achieved", rate), goal: "0", met: writes == 0},
+		{figure: "6. latch → verifiedIn visible (per-App latch, mark-verified)", value: vp.String(), baseline: "PATCH→watch " + bp.String(),
+			goal: "p99 ≤ 3× baseline p99", met: vp.p99 <= bp.p99*3, ratio: fmt.Sprintf("p99 %.2f×", float64(vp.p99)/float64(bp.p99))},
 	}, nil
 }
 
@@ -288,6 +342,13 @@ func (b *bench) projectWide(ctx context.Context) ([]row, error) {
 		return nil, err
 	}
 	took := time.Since(t0)
+	b.watcher.mu.Lock()
+	var labeled []time.Duration
+	for _, s := range b.wide {
+		labeled = append(labeled, b.watcher.pauseAt[wideNS+"/"+s.Name].Sub(t0))
+	}
+	b.watcher.mu.Unlock()
+	say("project-wide pause: Stages seen labeled after %v", percentiles(labeled))
 	return []row{{figure: fmt.Sprintf("2. project-wide pause, %d Stages all labeled", len(b.wide)), value: took.Round(time.Millisecond).String(),
 		baseline: "-", goal: "< 2s", met: took < 2*time.Second}}, nil
 }
@@ -314,7 +375,7 @@ func (b *bench) memoryAndColdStart(ctx context.Context) ([]row, error) {
 
 	say("cold start: restarting the operator over %d Stages", len(b.busy)+len(b.wide))
 	b.stopOperator()
-	before := b.watcher.operatorWrites()
+	stagesBefore, marksBefore := b.watcher.operatorWrites()
 	t0 := time.Now()
 	if err := b.startOperator(); err != nil {
 		return nil, err
@@ -327,7 +388,8 @@ func (b *bench) memoryAndColdStart(ctx context.Context) ([]row, error) {
 	}
 	synced := time.Since(t0)
 	time.Sleep(10 * time.Second)
-	writes := b.watcher.operatorWrites() - before
+	stagesAfter, marksAfter := b.watcher.operatorWrites()
+	writes := stagesAfter - stagesBefore + marksAfter - marksBefore
 	stages := len(b.busy) + len(b.wide)
 	return []row{
 		{figure: fmt.Sprintf("3. operator RSS after sync, %d Stages", stages), value: mb(opRSS), baseline: "plain informer " + mb(plainRSS),
@@ -337,6 +399,29 @@ func (b *bench) memoryAndColdStart(ctx context.Context) ([]row, error) {
 			baseline: "plain informer " + plainSync.Round(time.Millisecond).String(), goal: "≤ 1.2× baseline, 0 writes",
 			met: float64(synced) <= 1.2*float64(plainSync) && writes == 0, ratio: fmt.Sprintf("%.2f×", float64(synced)/float64(plainSync))},
 	}, nil
+}
+
+// viewServer is the apiserver's account of its requests so far; nil when
+// it cannot be read, which only loses the report.
+func (b *bench) viewServer(ctx context.Context) apiserverView {
+	v, err := viewAPIServer(ctx, b.kube)
+	if err != nil {
+		say("cannot read the apiserver's metrics: %v", err)
+	}
+	return v
+}
+
+// sayServerSide reports how long the given kinds of request took inside the
+// apiserver during a phase, and how long requests waited in its APF queues,
+// so that a slow figure can be split into the server's part and the rest.
+func (b *bench) sayServerSide(ctx context.Context, phase string, before apiserverView, keys ...string) {
+	after := b.viewServer(ctx)
+	if before == nil || after == nil {
+		return
+	}
+	d := after.since(before)
+	say("%s, inside the apiserver (all clients, churn included): %s", phase, d.describe(keys...))
+	say("%s, APF queue waits: %s", phase, d.describe(d.keysWith("APF wait")...))
 }
 
 func (b *bench) kubecfgAdmin() string {
@@ -361,125 +446,3 @@ func rss(pid int) (int64, error) {
 }
 
 func mb(b int64) string { return fmt.Sprintf("%.0f MB", float64(b)/(1<<20)) }
-
-// watcher is the separate observer of the tests: one watch per namespace.
-type watcher struct {
-	dyn  dynamic.Interface
-	mu   sync.Mutex
-	cond *sync.Cond
-	// state per Stage key
-	state   map[string]string // last kargo-latch.io/state
-	label   map[string]bool   // paused label
-	ping    map[string]string // bench/ping annotation
-	pingAt  map[string]time.Time
-	pauseAt map[string]time.Time
-	latched map[string]int // by namespace
-	paused  map[string]int // by namespace
-	writes  int
-	phase   map[string]latch.Phase
-}
-
-func newWatcher(dyn dynamic.Interface) *watcher {
-	w := &watcher{dyn: dyn, state: map[string]string{}, label: map[string]bool{}, ping: map[string]string{},
-		pingAt: map[string]time.Time{}, pauseAt: map[string]time.Time{}, latched: map[string]int{}, paused: map[string]int{},
-		phase: map[string]latch.Phase{}}
-	w.cond = sync.NewCond(&w.mu)
-	return w
-}
-
-func (w *watcher) run(ctx context.Context, ns string) {
-	rv := ""
-	for ctx.Err() == nil {
-		wi, err := w.dyn.Resource(kargo.StagesResource).Namespace(ns).Watch(ctx, metav1.ListOptions{ResourceVersion: rv, AllowWatchBookmarks: true})
-		if err != nil {
-			time.Sleep(100 * time.Millisecond)
-			continue
-		}
-		for ev := range wi.ResultChan() {
-			u, ok := ev.Object.(*unstructured.Unstructured)
-			if !ok {
-				continue
-			}
-			rv = u.GetResourceVersion()
-			if ev.Type == watch.Added || ev.Type == watch.Modified {
-				w.observe(ns, u, time.Now())
-			}
-		}
-	}
-}
-
-func (w *watcher) observe(ns string, u *unstructured.Unstructured, at time.Time) {
-	key := ns + "/" + u.GetName()
-	st := u.GetAnnotations()[controller.StateAnnotation]
-	lbl := u.GetLabels()[controller.PausedLabel] == "true"
-	ping := u.GetAnnotations()["bench/ping"]
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	if prev, ok := w.state[key]; ok && (prev != st || w.label[key] != lbl) {
-		w.writes++
-	}
-	if lbl && !w.label[key] {
-		w.paused[ns]++
-		w.pauseAt[key] = at
-	} else if !lbl && w.label[key] {
-		w.paused[ns]--
-	}
-	if ping != w.ping[key] {
-		w.pingAt[key+"="+ping] = at
-	}
-	r, _ := latch.Decode(st)
-	if r.Phase != w.phase[key] {
-		if w.phase[key] == latch.PhaseLatched {
-			w.latched[ns]--
-		}
-		if r.Phase == latch.PhaseLatched {
-			w.latched[ns]++
-		}
-		w.phase[key] = r.Phase
-	}
-	w.state[key], w.label[key], w.ping[key] = st, lbl, ping
-	w.cond.Broadcast()
-}
-
-func (w *watcher) waitFor(ctx context.Context, limit time.Duration, cond func(*watcher) bool) error {
-	deadline := time.Now().Add(limit)
-	stop := context.AfterFunc(ctx, func() { w.mu.Lock(); w.cond.Broadcast(); w.mu.Unlock() })
-	defer stop()
-	timer := time.AfterFunc(limit, func() { w.mu.Lock(); w.cond.Broadcast(); w.mu.Unlock() })
-	defer timer.Stop()
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	for !cond(w) {
-		if time.Now().After(deadline) || ctx.Err() != nil {
-			return fmt.Errorf("timed out after %v", limit)
-		}
-		w.cond.Wait()
-	}
-	return nil
-}
-
-func (w *watcher) waitPing(ctx context.Context, name, value string) (time.Time, error) {
-	var at time.Time
-	err := w.waitFor(ctx, time.Minute, func(w *watcher) bool {
-		t, ok := w.pingAt[busyNS+"/"+name+"="+value]
-		at = t
-		return ok
-	})
-	return at, err
-}
-
-func (w *watcher) waitPaused(ctx context.Context, ns, name string) (time.Time, error) {
-	var at time.Time
-	err := w.waitFor(ctx, time.Minute, func(w *watcher) bool {
-		t, ok := w.pauseAt[ns+"/"+name]
-		at = t
-		return ok && w.label[ns+"/"+name]
-	})
-	return at, err
-}
-
-func (w *watcher) operatorWrites() int {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	return w.writes
-}

@@ -58,6 +58,10 @@ func run(ctx context.Context, o options) error {
 		return err
 	}
 	defer c.Stop()
+	// The watcher stops before the cluster does, so that it does not take
+	// the cluster's end for a watch the apiserver closed.
+	ctx, stopWatching := context.WithCancel(ctx)
+	defer stopWatching()
 	b, err := newBench(ctx, c, o)
 	if err != nil {
 		return err
@@ -73,6 +77,9 @@ func run(ctx context.Context, o options) error {
 		rows = append(rows, r...)
 	}
 	printTable(os.Stdout, o, rows)
+	if n := b.watcher.restarted(); n > 0 {
+		fmt.Printf("\nThe apiserver closed the watcher's watches %d times during this run (see above): latencies seen through them, baselines included, are disturbed.\n", n)
+	}
 	return nil
 }
 

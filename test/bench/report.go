@@ -15,18 +15,21 @@ type row struct {
 	met                                  bool
 }
 
-type stats struct{ p50, p99, max time.Duration }
+type stats struct {
+	p50, p99, max time.Duration
+	n             int
+}
 
 func percentiles(d []time.Duration) stats {
 	s := slices.Clone(d)
 	slices.Sort(s)
 	at := func(q float64) time.Duration { return s[min(len(s)-1, int(q*float64(len(s))))] }
-	return stats{p50: at(0.50), p99: at(0.99), max: s[len(s)-1]}
+	return stats{p50: at(0.50), p99: at(0.99), max: s[len(s)-1], n: len(s)}
 }
 
 func (s stats) String() string {
 	r := func(d time.Duration) time.Duration { return d.Round(100 * time.Microsecond) }
-	return fmt.Sprintf("p50 %v, p99 %v, max %v", r(s.p50), r(s.p99), r(s.max))
+	return fmt.Sprintf("p50 %v, p99 %v, max %v (%d samples)", r(s.p50), r(s.p99), r(s.max), s.n)
 }
 
 func printTable(out io.Writer, o options, rows []row) {
@@ -34,6 +37,9 @@ func printTable(out io.Writer, o options, rows []row) {
 		o.stages, o.wide, o.churn, runtime.Version(), runtime.NumCPU())
 	w := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(w, "FIGURE\tMEASURED\tBASELINE (same run)\tRATIO\tGOAL\tMET")
+	// Each step reports the figures it measured; the table is in figure order.
+	rows = slices.Clone(rows)
+	slices.SortStableFunc(rows, func(a, b row) int { return strings.Compare(a.figure, b.figure) })
 	for _, r := range rows {
 		met := "no"
 		if r.met {
