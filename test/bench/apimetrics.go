@@ -4,7 +4,9 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"io"
 	"math"
+	"net/http"
 	"slices"
 	"strings"
 	"time"
@@ -15,13 +17,13 @@ import (
 	"k8s.io/client-go/kubernetes"
 )
 
-// apiserverView is the apiserver's own account of the requests it served,
-// from its /metrics: how long each kind of request took inside the
-// apiserver, and how long requests waited in API Priority and Fairness
-// queues. Two views taken around a phase tell the server's share of a
-// round trip from the client's: transport, watch delivery, the client's own
-// queues.
-type apiserverView map[string]*histogram
+// metricsView is a process's own account of its work, read from its
+// /metrics: for the apiserver, how long each kind of request took inside
+// it and how long requests waited in API Priority and Fairness queues; for
+// the operator, its queue waits, syncs, errors and retries. Two views taken
+// around a phase split a slow figure into the server's share, the
+// operator's, and the rest (transport, watch delivery).
+type metricsView map[string]*histogram
 
 // histogram is a cumulative Prometheus histogram.
 type histogram struct {
@@ -34,17 +36,16 @@ type histogram struct {
 // viewAPIServer reads the apiserver's request-duration and APF-wait
 // histograms, summed per "VERB resource[/subresource]" and per priority
 // level.
-func viewAPIServer(ctx context.Context, kube kubernetes.Interface) (apiserverView, error) {
+func viewAPIServer(ctx context.Context, kube kubernetes.Interface) (metricsView, error) {
 	body, err := kube.CoreV1().RESTClient().Get().AbsPath("/metrics").DoRaw(ctx)
 	if err != nil {
 		return nil, err
 	}
-	parser := expfmt.NewTextParser(model.LegacyValidation)
-	families, err := parser.TextToMetricFamilies(bytes.NewReader(body))
+	families, err := parseMetrics(body)
 	if err != nil {
 		return nil, err
 	}
-	view := apiserverView{}
+	view := metricsView{}
 	for _, m := range families["apiserver_request_duration_seconds"].GetMetric() {
 		l := labels(m)
 		key := l["verb"] + " " + l["resource"]
@@ -61,6 +62,58 @@ func viewAPIServer(ctx context.Context, kube kubernetes.Interface) (apiserverVie
 	return view, nil
 }
 
+// viewOperator reads the operator's own account of its work from its
+// /metrics: how long Stages waited in its queue and how long their syncs
+// took (histograms), and, as histograms of one sample each so that since
+// applies, its reconcile errors and retries.
+func viewOperator(ctx context.Context, url string) (metricsView, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, http.NoBody)
+	if err != nil {
+		return nil, err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return nil, err
+	}
+	defer func() { _ = resp.Body.Close() }()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return nil, err
+	}
+	families, err := parseMetrics(body)
+	if err != nil {
+		return nil, err
+	}
+	view := metricsView{}
+	for _, m := range families["kargo_latch_workqueue_queue_duration_seconds"].GetMetric() {
+		view.add("queue wait, "+labels(m)["name"], m.GetHistogram())
+	}
+	for _, m := range families["kargo_latch_workqueue_work_duration_seconds"].GetMetric() {
+		view.add("sync, "+labels(m)["name"], m.GetHistogram())
+	}
+	counters := map[string]string{
+		"kargo_latch_reconcile_errors_total": "failed syncs",
+		// The workqueue counts every delayed add: a failed sync's retry, and
+		// a time-based transition's requeue alike.
+		"kargo_latch_workqueue_retries_total": "delayed adds (retries and timed requeues)",
+		"kargo_latch_freight_verified_total":  "Freight marked",
+	}
+	for name, key := range counters {
+		var total float64
+		for _, m := range families[name].GetMetric() {
+			total += m.GetCounter().GetValue()
+		}
+		count := uint64(total)
+		view[key] = &histogram{count: count, counts: []uint64{count}, bounds: []float64{math.Inf(1)}}
+	}
+	return view, nil
+}
+
+func parseMetrics(body []byte) (map[string]*dto.MetricFamily, error) {
+	parser := expfmt.NewTextParser(model.LegacyValidation)
+	return parser.TextToMetricFamilies(bytes.NewReader(body))
+}
+
 func labels(m *dto.Metric) map[string]string {
 	out := map[string]string{}
 	for _, p := range m.GetLabel() {
@@ -69,7 +122,7 @@ func labels(m *dto.Metric) map[string]string {
 	return out
 }
 
-func (v apiserverView) add(key string, h *dto.Histogram) {
+func (v metricsView) add(key string, h *dto.Histogram) {
 	sum := v[key]
 	if sum == nil {
 		sum = &histogram{}
@@ -89,8 +142,8 @@ func (v apiserverView) add(key string, h *dto.Histogram) {
 }
 
 // since is what happened between an earlier view and this one.
-func (v apiserverView) since(before apiserverView) apiserverView {
-	out := apiserverView{}
+func (v metricsView) since(before metricsView) metricsView {
+	out := metricsView{}
 	for key, h := range v {
 		d := &histogram{count: h.count, sum: h.sum, bounds: h.bounds, counts: slices.Clone(h.counts)}
 		if b := before[key]; b != nil {
@@ -129,12 +182,16 @@ func (h *histogram) quantile(q float64) time.Duration {
 }
 
 // describe reports the requests of the given kinds, e.g. "GET freights".
-func (v apiserverView) describe(keys ...string) string {
+func (v metricsView) describe(keys ...string) string {
 	var parts []string
 	r := func(d time.Duration) time.Duration { return d.Round(100 * time.Microsecond) }
 	for _, key := range keys {
 		h := v[key]
 		if h == nil {
+			continue
+		}
+		if len(h.bounds) == 1 {
+			parts = append(parts, fmt.Sprintf("%s: %d", key, h.count))
 			continue
 		}
 		mean := time.Duration(h.sum / float64(h.count) * float64(time.Second))
@@ -144,7 +201,7 @@ func (v apiserverView) describe(keys ...string) string {
 }
 
 // keysWith lists the view's keys that start with prefix, sorted.
-func (v apiserverView) keysWith(prefix string) []string {
+func (v metricsView) keysWith(prefix string) []string {
 	var keys []string
 	for k := range v {
 		if strings.HasPrefix(k, prefix) {

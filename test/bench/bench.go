@@ -35,18 +35,19 @@ const (
 )
 
 type bench struct {
-	o        options
-	c        *cluster.Cluster
-	dyn      dynamic.Interface
-	kube     kubernetes.Interface
-	kargo    *driver.Kargo
-	watcher  *watcher
-	busy     []*driver.Stage
-	wide     []*driver.Stage
-	operator *exec.Cmd
-	opDone   chan struct{}
-	kubecfg  string
-	probeURL string
+	o          options
+	c          *cluster.Cluster
+	dyn        dynamic.Interface
+	kube       kubernetes.Interface
+	kargo      *driver.Kargo
+	watcher    *watcher
+	busy       []*driver.Stage
+	wide       []*driver.Stage
+	operator   *exec.Cmd
+	opDone     chan struct{}
+	kubecfg    string
+	probeURL   string
+	metricsURL string
 }
 
 func newBench(ctx context.Context, c *cluster.Cluster, o options) (*bench, error) {
@@ -169,17 +170,18 @@ func (b *bench) createStages(ctx context.Context, ns string, n int, busy bool) (
 }
 
 func (b *bench) startOperator() error {
-	ports, err := cluster.FreePorts(1)
+	ports, err := cluster.FreePorts(2)
 	if err != nil {
 		return err
 	}
 	b.probeURL = "http://127.0.0.1:" + strconv.Itoa(ports[0]) + "/readyz"
+	b.metricsURL = "http://127.0.0.1:" + strconv.Itoa(ports[1]) + "/metrics"
 	log, err := os.OpenFile(filepath.Join(b.c.Dir, "operator.log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
 	if err != nil {
 		return err
 	}
 	b.operator = exec.Command(binPath(b.c, "kargo-latch"), "--kubeconfig", b.kubecfg,
-		"--namespace", busyNS, "--namespace", wideNS, "--metrics-bind-address", "0", "--mark-verified",
+		"--namespace", busyNS, "--namespace", wideNS, "--metrics-bind-address", "127.0.0.1:"+strconv.Itoa(ports[1]), "--mark-verified",
 		"--health-probe-bind-address", "127.0.0.1:"+strconv.Itoa(ports[0]))
 	b.operator.Stdout, b.operator.Stderr = log, log
 	// As manifests/base/deployment.yaml runs it.
@@ -213,13 +215,17 @@ func (b *bench) ready() bool {
 // churn writes status changes Kargo-style at the given rate until ctx is
 // done: health flaps of the busy Stages from the reserved-th on. A flap to
 // Progressing makes one App Progressing, a flap back makes all Healthy, and
-// each writes the whole 40-App output, as Kargo does. At most 16 writes are
-// in flight; a tick that finds them all busy is skipped, so an overloaded
-// apiserver is not buried. done counts the writes made.
+// each writes the whole 40-App output, as Kargo does. At most
+// -churn-in-flight writes are in flight; a tick that finds them all busy is
+// skipped, so an overloaded apiserver is not buried. More writes in flight
+// do not raise the rate a saturated apiserver sustains; they only queue in
+// it, and starve the one goroutine that feeds its watch cache, so that every
+// watch, the operator's included, falls seconds behind and the apiserver
+// ends up closing them. done counts the writes made.
 func (b *bench) churn(ctx context.Context, perSecond int, reserved int, done *atomic.Int64) {
 	tick := time.NewTicker(time.Second / time.Duration(perSecond))
 	defer tick.Stop()
-	inFlight := make(chan struct{}, 16)
+	inFlight := make(chan struct{}, b.o.inFlight)
 	for i := 0; ; i++ {
 		select {
 		case <-ctx.Done():
@@ -284,7 +290,7 @@ func (b *bench) reaction(ctx context.Context) ([]row, error) {
 
 	say("reaction: a promotion fails; time until a watcher sees the paused label (%d samples)", len(failing))
 	var react []time.Duration
-	server = b.viewServer(ctx)
+	server, operator := b.viewServer(ctx), b.viewOperator(ctx)
 	for _, s := range failing {
 		t0 := time.Now()
 		if _, err := s.FinishPromotion(ctx, "Failed"); err != nil {
@@ -299,6 +305,7 @@ func (b *bench) reaction(ctx context.Context) ([]row, error) {
 	}
 
 	b.sayServerSide(ctx, "reaction", server, "GET stages", "POST stagepauses", "POST events", "PATCH stages", "PATCH stages/status")
+	b.sayOperatorSide(ctx, "reaction", operator)
 
 	say("mark verified: every App Healthy in the cycle; time until a watcher sees verifiedIn on the Freight (%d samples)", len(marking))
 	verified, err := b.verifiedLatency(ctx, marking)
@@ -401,9 +408,31 @@ func (b *bench) memoryAndColdStart(ctx context.Context) ([]row, error) {
 	}, nil
 }
 
+// viewOperator is the operator's account of its work so far; nil when it
+// cannot be read, which only loses the report.
+func (b *bench) viewOperator(ctx context.Context) metricsView {
+	v, err := viewOperator(ctx, b.metricsURL)
+	if err != nil {
+		say("cannot read the operator's metrics: %v", err)
+	}
+	return v
+}
+
+// sayOperatorSide reports the operator's queue waits, sync durations,
+// reconcile errors and retries during a phase.
+func (b *bench) sayOperatorSide(ctx context.Context, phase string, before metricsView) {
+	after := b.viewOperator(ctx)
+	if before == nil || after == nil {
+		return
+	}
+	d := after.since(before)
+	say("%s, inside the operator (churn included): %s", phase, d.describe("queue wait, stages", "sync, stages",
+		"failed syncs", "delayed adds (retries and timed requeues)", "Freight marked"))
+}
+
 // viewServer is the apiserver's account of its requests so far; nil when
 // it cannot be read, which only loses the report.
-func (b *bench) viewServer(ctx context.Context) apiserverView {
+func (b *bench) viewServer(ctx context.Context) metricsView {
 	v, err := viewAPIServer(ctx, b.kube)
 	if err != nil {
 		say("cannot read the apiserver's metrics: %v", err)
@@ -414,7 +443,7 @@ func (b *bench) viewServer(ctx context.Context) apiserverView {
 // sayServerSide reports how long the given kinds of request took inside the
 // apiserver during a phase, and how long requests waited in its APF queues,
 // so that a slow figure can be split into the server's part and the rest.
-func (b *bench) sayServerSide(ctx context.Context, phase string, before apiserverView, keys ...string) {
+func (b *bench) sayServerSide(ctx context.Context, phase string, before metricsView, keys ...string) {
 	after := b.viewServer(ctx)
 	if before == nil || after == nil {
 		return

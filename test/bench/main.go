@@ -24,6 +24,7 @@ type options struct {
 	wide      int // Stages under one project-wide pause
 	samples   int // reaction samples
 	churn     int // status writes per second of background churn
+	inFlight  int // churn writes in flight at most
 	steadyFor time.Duration
 }
 
@@ -36,6 +37,7 @@ func main() {
 	flag.IntVar(&o.wide, "wide", 500, "Stages under the project-wide pause")
 	flag.IntVar(&o.samples, "samples", 60, "failures timed for the reaction latency")
 	flag.IntVar(&o.churn, "churn", 100, "background status writes per second")
+	flag.IntVar(&o.inFlight, "churn-in-flight", 4, "background status writes in flight at most: more only queue in a saturated apiserver and starve its watch cache")
 	flag.DurationVar(&o.steadyFor, "steady", 30*time.Second, "how long to watch the steady state")
 	flag.Parse()
 	// client-go reports requests cut short when the churn stops; the table

@@ -32,7 +32,7 @@ func (b *bench) verifiedLatency(ctx context.Context, stages []*driver.Stage) ([]
 	last := driver.BusyApps - 1
 	var took []time.Duration
 	var samples []markSample
-	server := b.viewServer(ctx)
+	server, operator := b.viewServer(ctx), b.viewOperator(ctx)
 	for _, s := range stages {
 		promotion, err := s.FinishPromotion(ctx, "Succeeded")
 		if err != nil {
@@ -76,7 +76,8 @@ func (b *bench) verifiedLatency(ctx context.Context, stages []*driver.Stage) ([]
 		}
 	}
 	b.explainMarks(samples)
-	b.sayServerSide(ctx, "mark verified", server, "GET freights", "POST events", "PATCH freights/status", "POST freights", "PATCH stages", "PATCH stages/status", "GET stages")
+	b.sayServerSide(ctx, "mark verified", server, "GET freights", "POST events", "PATCH freights/status", "POST freights", "PATCH stages", "PATCH stages/status", "GET stages", "GET stagepauses", "LIST stagepauses")
+	b.sayOperatorSide(ctx, "mark verified", operator)
 	return took, nil
 }
 
@@ -86,10 +87,10 @@ type markSample struct {
 }
 
 // explainMarks splits each sample in two at the moment the operator's
-// patch of the Freight returned, which it logs: the status write's way to
-// the operator and the operator's requests (the Stage's watch event, the
-// queue, a GET of the Freight, the Event, the PATCH), then the Freight's way
-// to the watcher. It only reports; a missing log line loses the split, not
+// patch of the Freight returned, which it logs: the status write itself,
+// its way to the operator (the Stage's watch event, the queue) and the
+// operator's requests up to the Freight's PATCH, then the Freight's way to
+// the watcher. It only reports; a missing log line loses the split, not
 // the sample.
 func (b *bench) explainMarks(samples []markSample) {
 	logged := markedInLog(filepath.Join(b.c.Dir, "operator.log"))
