@@ -6,7 +6,6 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/kargo-latch/kargo-latch/kargo"
 	"github.com/kargo-latch/kargo-latch/latch"
 )
 
@@ -29,14 +28,14 @@ type AppStatus struct {
 // appStatuses pairs the Apps the Stage lists now with the record's Apps
 // seen Healthy in this cycle. An App the record names but the Stage no
 // longer lists is left to record.appsHealthy: it no longer counts.
-func appStatuses(listed []kargo.AppStatus, seen map[string]time.Time) []AppStatus {
+func appStatuses(listed []latch.App, seen map[string]time.Time) []AppStatus {
 	if len(listed) == 0 {
 		return nil
 	}
 	out := make([]AppStatus, len(listed))
 	for i, a := range listed {
 		out[i] = AppStatus{Name: a.Name, Namespace: a.Namespace, Health: a.Health, Sync: a.Sync}
-		if at, ok := seen[latch.App{Name: a.Name, Namespace: a.Namespace}.Key()]; ok {
+		if at, ok := seen[a.Key()]; ok {
 			out[i].SeenHealthyAt = &at
 		}
 	}

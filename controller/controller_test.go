@@ -33,6 +33,7 @@ type fixture struct {
 	kube     *kubefake.Clientset
 	recorder *record.FakeRecorder
 	patches  atomic.Int64
+	reg      *prometheus.Registry
 }
 
 func newFixture(t *testing.T, dryRun bool, stages ...*unstructured.Unstructured) *fixture {
@@ -40,21 +41,15 @@ func newFixture(t *testing.T, dryRun bool, stages ...*unstructured.Unstructured)
 	return newFixtureWith(t, dryRun, nil, stages...)
 }
 
-// newFixtureWith is newFixture with a hook that may add reactors before the
-// controller starts.
-func newFixtureWith(t *testing.T, dryRun bool, setup func(*fixture), stages ...*unstructured.Unstructured) *fixture {
-	return newFixtureWithObjects(t, dryRun, setup, stages...)
-}
-
-// newFixtureWithObjects starts the controller over any objects (Stages,
-// Freight).
-func newFixtureWithObjects(t *testing.T, dryRun bool, setup func(*fixture), stages ...*unstructured.Unstructured) *fixture {
+// newFixtureWith is newFixture over any objects (Stages, Freight), with a
+// hook that may add reactors before the controller starts.
+func newFixtureWith(t *testing.T, dryRun bool, setup func(*fixture), objects ...*unstructured.Unstructured) *fixture {
 	t.Helper()
-	objs := make([]runtime.Object, len(stages))
-	for i, s := range stages {
+	objs := make([]runtime.Object, len(objects))
+	for i, s := range objects {
 		objs[i] = s
 	}
-	f := &fixture{t: t, recorder: record.NewFakeRecorder(100)}
+	f := &fixture{t: t, recorder: record.NewFakeRecorder(100), reg: prometheus.NewRegistry()}
 	f.client = dynamicfake.NewSimpleDynamicClientWithCustomListKinds(runtime.NewScheme(), map[schema.GroupVersionResource]string{
 		kargo.StagesResource:         "StageList",
 		kargo.PromotionsResource:     "PromotionList",
@@ -75,7 +70,7 @@ func newFixtureWithObjects(t *testing.T, dryRun bool, setup func(*fixture), stag
 		Recorder: f.recorder,
 		Defaults: latch.Settings{LatchDeadline: time.Minute, DegradedGrace: time.Minute},
 		DryRun:   dryRun,
-		Metrics:  metrics.New(prometheus.NewRegistry(), "test"),
+		Metrics:  metrics.New(f.reg, "test"),
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -113,6 +108,20 @@ func (f *fixture) record(name string) latch.Record {
 		f.t.Fatal(err)
 	}
 	return r
+}
+
+// syncs counts the Stage syncs the controller finished.
+func (f *fixture) syncs() uint64 {
+	mfs, err := f.reg.Gather()
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() == "kargo_latch_reconcile_duration_seconds" {
+			return mf.GetMetric()[0].GetHistogram().GetSampleCount()
+		}
+	}
+	return 0
 }
 
 // waitEvent waits for an Event starting with prefix, passing over others.

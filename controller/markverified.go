@@ -3,7 +3,6 @@ package controller
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"strings"
 	"time"
@@ -29,12 +28,6 @@ const (
 	markRetryAfter      = time.Minute
 	markErrorRetryFirst = 2 * time.Second
 )
-
-// errMarkForbidden is returned by markVerified when the operator may not
-// read or patch Freight: the install lacks the mark-verified component.
-type errMarkForbidden struct{ err error }
-
-func (e errMarkForbidden) Error() string { return e.err.Error() }
 
 // markPass marks the Freight of a stored latch verified. It judges on a view
 // read from the API server, never on the cache: the Stage as the record was
@@ -75,6 +68,7 @@ func (c *Controller) markPass(ctx context.Context, key cache.ObjectName, stored 
 	if _, _, err := c.store(ctx, stage, m, res); err != nil {
 		return err
 	}
+	m.markedCycle = res.Record.Cycle()
 	c.afterStore(stage, pauses, res, false)
 	return nil
 }
@@ -105,12 +99,10 @@ func (c *Controller) markVerified(ctx context.Context, stage *kargo.Stage, rec l
 		case apierrors.IsNotFound(err):
 			logger.Info("Freight to mark verified is gone; skipping it", "freight", name)
 			continue
-		case apierrors.IsForbidden(err):
-			return errMarkForbidden{err}
 		case err != nil:
 			return fmt.Errorf("reading Freight %s to mark it verified: %w", name, err)
 		}
-		if at, done, _ := unstructured.NestedString(f.Object, "status", "verifiedIn", stage.Name, "verifiedAt"); done || hasVerifiedIn(f, stage.Name) {
+		if at, verified := verifiedInAt(f, stage.Name); verified {
 			if at != verifiedAt {
 				logger.V(2).Info("Freight is already verified in the Stage", "freight", name, "verifiedAt", at)
 				continue
@@ -121,10 +113,7 @@ func (c *Controller) markVerified(ctx context.Context, stage *kargo.Stage, rec l
 				"status":   map[string]any{"verifiedIn": map[string]any{stage.Name: map[string]any{"verifiedAt": verifiedAt}}},
 			})
 			_, err = freights.Patch(ctx, name, types.MergePatchType, patch, metav1.PatchOptions{FieldManager: FieldManager}, "status")
-			switch {
-			case apierrors.IsForbidden(err):
-				return errMarkForbidden{err}
-			case err != nil:
+			if err != nil {
 				return fmt.Errorf("marking Freight %s verified: %w", name, err)
 			}
 			logger.Info("Marked Freight verified in the Stage", "freight", name, "verifiedAt", verifiedAt)
@@ -138,34 +127,32 @@ func (c *Controller) markVerified(ctx context.Context, stage *kargo.Stage, rec l
 	return nil
 }
 
-// hasVerifiedIn reports whether a Freight has any verifiedIn entry for the
-// Stage, whatever its shape.
-func hasVerifiedIn(f *unstructured.Unstructured, stage string) bool {
-	_, ok, _ := unstructured.NestedFieldNoCopy(f.Object, "status", "verifiedIn", stage)
-	return ok
+// verifiedInAt reads a Freight's verifiedIn entry for the Stage: whether
+// there is one, whatever its shape, and its verifiedAt.
+func verifiedInAt(f *unstructured.Unstructured, stage string) (at string, verified bool) {
+	entry, verified, _ := unstructured.NestedFieldNoCopy(f.Object, "status", "verifiedIn", stage)
+	if m, ok := entry.(map[string]any); ok {
+		at, _ = m["verifiedAt"].(string)
+	}
+	return at, verified
 }
 
-// markFailed reports a mark that failed and holds further tries of this
-// cycle back: a refused right for markRetryAfter, with one Warning per
-// cycle; any other error for a backoff that starts at markErrorRetryFirst.
+// markFailed holds further tries of this cycle back: a refused right (the
+// install lacks the mark-verified component) for markRetryAfter, counted
+// every time and reported once per cycle; any other error for a backoff
+// that starts at markErrorRetryFirst.
 func (c *Controller) markFailed(ctx context.Context, stage *kargo.Stage, m *memo, rec latch.Record, err error, now time.Time) {
-	var forbidden errMarkForbidden
-	if errors.As(err, &forbidden) {
-		c.markForbidden(stage, m, rec, err, now)
+	m.markHeldCycle = rec.Cycle()
+	if !apierrors.IsForbidden(err) {
+		wait := min(markRetryAfter, markErrorRetryFirst<<min(m.markErrors, 5))
+		m.markErrors++
+		m.markRetryAt = now.Add(wait)
+		klog.FromContext(ctx).Error(err, "Marking Freight verified failed; trying again", "after", wait)
 		return
 	}
-	wait := min(markRetryAfter, markErrorRetryFirst<<min(m.markErrors, 5))
-	m.markErrors++
-	m.markRetryAt, m.markHeldCycle = now.Add(wait), rec.Cycle()
-	klog.FromContext(ctx).Error(err, "Marking Freight verified failed; trying again", "after", wait)
-}
-
-// markForbidden reports a refused mark once per cycle, counts every refused
-// try, and holds further tries of this cycle back for markRetryAfter.
-func (c *Controller) markForbidden(stage *kargo.Stage, m *memo, rec latch.Record, err error, now time.Time) {
+	// The install lacks the mark-verified component.
 	c.cfg.Metrics.MarkVerifiedErrors.WithLabelValues(stage.Namespace, stage.Name).Inc()
 	m.markRetryAt = now.Add(markRetryAfter)
-	m.markHeldCycle = rec.Cycle()
 	if warnOnce(&m.markForbiddenCycle, rec.Cycle()) {
 		c.warn(stage, ReasonMarkVerifiedForbidden,
 			"mark-verified is on, but kargo-latch may not mark Freight verified (%v); install the mark-verified component (manifests/components/mark-verified) or turn %s off. The latch and pauses are not affected; kargo-latch tries again every %s",
@@ -180,8 +167,10 @@ func (c *Controller) reportDryRunMark(ctx context.Context, stage *kargo.Stage, a
 	var would []string
 	for _, name := range a.Freight {
 		f, err := c.freight(ctx, reads, stage.Namespace, name)
-		if err == nil && hasVerifiedIn(f, stage.Name) {
-			continue
+		if err == nil {
+			if _, verified := verifiedInAt(f, stage.Name); verified {
+				continue
+			}
 		}
 		would = append(would, name)
 	}
@@ -193,11 +182,12 @@ func (c *Controller) reportDryRunMark(ctx context.Context, stage *kargo.Stage, a
 		fmt.Sprintf("Dry run: would mark Freight %s verified in Stage %s: %s", strings.Join(would, ", "), stage.Name, a.Message))
 }
 
-// markHeld names the cycle whose marking waits for a retry after a
-// refusal, if any: a new cycle is tried at once.
-func (m *memo) markHeld(now time.Time) string {
-	if now.Before(m.markRetryAt) {
-		return m.markHeldCycle
-	}
-	return ""
+// mayTryMark reports whether this replica should try to mark the Freight
+// of cycle now: not when it stored the marks of that cycle itself (its
+// cache may not show them yet, and reading to find out costs three
+// requests), nor while a failed try holds the cycle back. A new cycle is
+// tried at once.
+func (m *memo) mayTryMark(cycle string, now time.Time) bool {
+	held := m.markHeldCycle == cycle && now.Before(m.markRetryAt)
+	return cycle != m.markedCycle && !held
 }

@@ -107,7 +107,7 @@ func (f *fixture) verifiedAt(freight, stage string) string {
 // store fails once) leaves one mark at the stored latchedAt and one Event.
 func TestMarkSurvivesAFailedStoreAfterThePatch(t *testing.T) {
 	var stagePatches, freightPatches atomic.Int64
-	f := newFixtureWithObjects(t, false, func(f *fixture) {
+	f := newFixtureWith(t, false, func(f *fixture) {
 		f.client.PrependReactor("patch", "freights", func(k8stesting.Action) (bool, runtime.Object, error) {
 			freightPatches.Add(1)
 			return false, nil, nil
@@ -139,7 +139,7 @@ func TestMarkSurvivesAFailedStoreAfterThePatch(t *testing.T) {
 // mark (the latch is stored), and is tried again.
 func TestMarkRetriesAFailedPatchWithoutAnOrphanEvent(t *testing.T) {
 	var freightPatches atomic.Int64
-	f := newFixtureWithObjects(t, false, func(f *fixture) {
+	f := newFixtureWith(t, false, func(f *fixture) {
 		f.client.PrependReactor("patch", "freights", func(k8stesting.Action) (bool, runtime.Object, error) {
 			if freightPatches.Add(1) == 1 {
 				return true, nil, apierrors.NewConflict(kargo.FreightsResource.GroupResource(), "f1", nil)
@@ -158,5 +158,43 @@ func TestMarkRetriesAFailedPatchWithoutAnOrphanEvent(t *testing.T) {
 	waitUntil(t, func() bool { return len(f.record("prod").Marked) == 1 })
 	if n := f.freightVerifiedEvents(); n != 1 {
 		t.Errorf("%d FreightVerified Events, want 1", n)
+	}
+}
+
+// A sync whose cache does not show the marks this replica stored yet (the
+// echo of its own write is late; here it never comes) does not read the
+// Freight and the pauses again: one mark costs one Freight GET.
+func TestMarkReadsTheFreightOnce(t *testing.T) {
+	var freightGets atomic.Int64
+	f := newFixtureWith(t, false, func(f *fixture) {
+		f.client.PrependReactor("get", "freights", func(k8stesting.Action) (bool, runtime.Object, error) {
+			freightGets.Add(1)
+			return false, nil, nil
+		})
+		// The store of the marks succeeds, but its echo never reaches the
+		// cache: the object is left as it was.
+		f.client.PrependReactor("patch", "stages", func(a k8stesting.Action) (bool, runtime.Object, error) {
+			if !strings.Contains(string(a.(k8stesting.PatchAction).GetPatch()), `\"marked\"`) {
+				return false, nil, nil
+			}
+			obj, err := f.client.Tracker().Get(kargo.StagesResource, "shop", "prod")
+			return true, obj, err
+		})
+	}, markableStage("prod"), freightObject("f1"))
+	waitUntil(t, func() bool { return f.freightVerifiedEvents() == 1 })
+	// Kargo rewrites the Stage's health: the operator syncs it again on a
+	// cache that still shows the latch without its marks.
+	syncs := f.syncs()
+	u, err := f.client.Resource(kargo.StagesResource).Namespace("shop").Get(context.Background(), "prod", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = unstructured.SetNestedField(u.Object, "Progressing", "status", "health", "status")
+	if _, err := f.client.Resource(kargo.StagesResource).Namespace("shop").Update(context.Background(), u, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitUntil(t, func() bool { return f.syncs() > syncs })
+	if n := freightGets.Load(); n != 1 {
+		t.Errorf("%d Freight GETs for one mark, want 1", n)
 	}
 }

@@ -19,10 +19,12 @@ type memo struct {
 	badHealth     string       // last unknown health string reported
 	statusMissing bool         // a missing status was reported
 	tooManyApps   bool         // a Stage listing too many Apps was reported
-	// markRetryAt holds marking in markHeldCycle back after the right was
-	// refused; markForbiddenCycle is the cycle whose refusal was reported.
+	// markRetryAt holds marking in markHeldCycle back after a failed try;
+	// markedCycle is the cycle whose marks this replica stored;
+	// markForbiddenCycle is the cycle whose refusal was reported.
 	markRetryAt        time.Time
 	markHeldCycle      string
+	markedCycle        string
 	markForbiddenCycle string
 	markErrors         int // marking errors in a row, for the backoff
 	// dryRunRecord stands in for the annotation in --dry-run, which writes

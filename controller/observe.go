@@ -26,12 +26,7 @@ func observe(s *kargo.Stage, previous latch.Health) (obs latch.Observation, unkn
 	obs.Freight = strings.Join(st.FreightNames, ",")
 	obs.FreightNames = st.FreightNames
 	obs.HasVerification = s.HasVerification
-	if len(st.Apps) > 0 {
-		obs.Apps = make([]latch.App, len(st.Apps))
-		for i, a := range st.Apps {
-			obs.Apps[i] = latch.App{Name: a.Name, Namespace: a.Namespace, Health: a.Health, Sync: a.Sync}
-		}
-	}
+	obs.Apps = st.Apps
 	if lp := st.LastPromotion; lp != nil && lp.Name != "" {
 		obs.LastPromotion = &latch.Promotion{
 			Name:       lp.Name,

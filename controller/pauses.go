@@ -61,11 +61,16 @@ func cachedIn[T any](inf cache.SharedIndexInformer, ns string) []T {
 	return out
 }
 
-// coveringPauses returns the pauses in force for a Stage, sorted by name.
-// A pause being deleted no longer counts: deleting is resuming.
+// coveringPauses returns the cached pauses in force for a Stage.
 func (c *Controller) coveringPauses(ns, stage string) []*v1alpha1.StagePause {
+	return inForce(c.pausesIn(ns), stage)
+}
+
+// inForce keeps the pauses that cover a Stage, sorted by name. A pause being
+// deleted no longer counts: deleting is resuming.
+func inForce(pauses []*v1alpha1.StagePause, stage string) []*v1alpha1.StagePause {
 	var out []*v1alpha1.StagePause
-	for _, p := range c.pausesIn(ns) {
+	for _, p := range pauses {
 		if p.DeletionTimestamp == nil && p.Covers(stage) {
 			out = append(out, p)
 		}
@@ -82,15 +87,14 @@ func (c *Controller) livePauses(ctx context.Context, ns, stage string) ([]*v1alp
 	if err != nil {
 		return nil, fmt.Errorf("listing StagePauses: %w", err)
 	}
-	var out []*v1alpha1.StagePause
+	var all []*v1alpha1.StagePause
 	for i := range list.Items {
 		obj, _ := transformPause(&list.Items[i])
-		if p, ok := obj.(*v1alpha1.StagePause); ok && p.DeletionTimestamp == nil && p.Covers(stage) {
-			out = append(out, p)
+		if p, ok := obj.(*v1alpha1.StagePause); ok {
+			all = append(all, p)
 		}
 	}
-	sortPauses(out)
-	return out, nil
+	return inForce(all, stage), nil
 }
 
 func sortPauses(p []*v1alpha1.StagePause) {

@@ -68,7 +68,7 @@ func (c *Controller) syncStage(ctx context.Context, key cache.ObjectName) (time.
 		res, obs = c.step(stage, m, settings, pauses, now)
 	}
 	var reads *markReads
-	if latch.MarkDue(settings, res.Record, obs, now) && m.markHeld(now) != res.Record.Cycle() {
+	if m.mayTryMark(res.Record.Cycle(), now) && latch.MarkDue(settings, res.Record, obs, now) {
 		// The Freight of this latch will be marked once the latch is
 		// stored: read what the mark rests on meanwhile.
 		reads = c.startMarkReads(ctx, key.Namespace, key.Name, obs.FreightNames)
@@ -97,7 +97,7 @@ func (c *Controller) syncStage(ctx context.Context, key cache.ObjectName) (time.
 
 // markRetry says when a Stage whose marking was refused should try again.
 func (c *Controller) markRetry(m *memo, now time.Time) time.Duration {
-	if now.Before(m.markRetryAt) && m.markHeldCycle != "" {
+	if now.Before(m.markRetryAt) {
 		return m.markRetryAt.Sub(now)
 	}
 	return 0

@@ -7,12 +7,14 @@ import (
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
+
+	"github.com/kargo-latch/kargo-latch/latch"
 )
 
 func TestAppsFromOutput(t *testing.T) {
 	cases := map[string]struct {
 		output string
-		want   []AppStatus
+		want   []latch.App
 	}{
 		"Kargo's argocd-update output, as real Kargo writes it": {
 			output: `[{"applicationStatuses": [
@@ -20,7 +22,7 @@ func TestAppsFromOutput(t *testing.T) {
 				 "sync": {"status": "Synced", "revision": "v2"},
 				 "operationState": {"phase": "Succeeded", "finishedAt": "2026-11-30T07:58:16Z"}},
 				{"Name": "test-b", "Namespace": "argocd", "health": {"status": "Healthy"}, "sync": {"status": "Synced", "revision": "v2"}}]}]`,
-			want: []AppStatus{
+			want: []latch.App{
 				{Name: "test-a", Namespace: "argocd", Health: "Progressing", Sync: "Synced"},
 				{Name: "test-b", Namespace: "argocd", Health: "Healthy", Sync: "Synced"},
 			},
@@ -28,15 +30,15 @@ func TestAppsFromOutput(t *testing.T) {
 		"two health checks' outputs are read together": {
 			output: `[{"applicationStatuses": [{"Name": "a", "Namespace": "x", "health": {"status": "Healthy"}, "sync": {"status": "Synced"}}]},
 			          {"applicationStatuses": [{"Name": "b", "Namespace": "y", "health": {"status": "Degraded"}, "sync": {"status": "OutOfSync"}}]}]`,
-			want: []AppStatus{{Name: "a", Namespace: "x", Health: "Healthy", Sync: "Synced"}, {Name: "b", Namespace: "y", Health: "Degraded", Sync: "OutOfSync"}},
+			want: []latch.App{{Name: "a", Namespace: "x", Health: "Healthy", Sync: "Synced"}, {Name: "b", Namespace: "y", Health: "Degraded", Sync: "OutOfSync"}},
 		},
 		"lowercase keys (a future Kargo with JSON tags) read the same": {
 			output: `[{"applicationStatuses": [{"name": "a", "namespace": "x", "health": {"status": "Healthy"}, "sync": {"status": "Synced"}}]}]`,
-			want:   []AppStatus{{Name: "a", Namespace: "x", Health: "Healthy", Sync: "Synced"}},
+			want:   []latch.App{{Name: "a", Namespace: "x", Health: "Healthy", Sync: "Synced"}},
 		},
 		"missing health and sync read as empty": {
 			output: `[{"applicationStatuses": [{"Name": "a"}]}]`,
-			want:   []AppStatus{{Name: "a"}},
+			want:   []latch.App{{Name: "a"}},
 		},
 		"no output":                     {output: `null`},
 		"an empty array":                {output: `[]`},

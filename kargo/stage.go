@@ -43,15 +43,9 @@ type StageStatus struct {
 	// Verification is freightHistory[0].verificationHistory[0].
 	Verification *VerificationInfo
 	// Apps are the Argo CD Applications of status.health.output (see
-	// appsFromOutput); nil when there is no per-App data.
-	Apps []AppStatus
-}
-
-// AppStatus is one Application of Kargo's argocd-update health output: only
-// the four strings the latch reads, the repeated ones shared.
-type AppStatus struct {
-	Name, Namespace string
-	Health, Sync    string
+	// appsFromOutput): only the four strings the latch reads, the repeated
+	// ones shared; nil when there is no per-App data.
+	Apps []latch.App
 }
 
 // PromotionReference is status.lastPromotion.
@@ -194,12 +188,12 @@ const maxApps = latch.MaxApps + 1
 // "sync": {"status"}}, ...]}. The output is opaque in Kargo's API, so it is
 // read tolerantly: any other shape (another health checker, a future Kargo)
 // means "no per-App data", never an error.
-func appsFromOutput(output any) []AppStatus {
+func appsFromOutput(output any) []latch.App {
 	checks, ok := output.([]any)
 	if !ok || len(checks) == 0 {
 		return nil
 	}
-	var apps []AppStatus
+	var apps []latch.App
 	for _, c := range checks {
 		check, ok := c.(map[string]any)
 		if !ok {
@@ -214,7 +208,7 @@ func appsFromOutput(output any) []AppStatus {
 			if !ok {
 				return nil
 			}
-			a := AppStatus{
+			a := latch.App{
 				Name:      firstString(app, "Name", "name"),
 				Namespace: intern(firstString(app, "Namespace", "namespace")),
 				Health:    intern(str(app, "health", "status")),

@@ -122,9 +122,9 @@ type VerificationRecord struct {
 // ReadsApps reports whether the machine may read per-Application health for
 // a Stage whose record is encoded: only a cycle still waiting for its latch,
 // or a degraded one waiting to recover, does (and a Stage without a usable
-// record, which starts one). The Stage
-// mirror keeps the Apps of only such Stages, so that thousands of latched
-// Stages with dozens of Apps each cost no memory for them.
+// record, which starts one). The Stage mirror keeps the Apps of only such
+// Stages, so that thousands of latched Stages with dozens of Apps each cost
+// no memory for them.
 func ReadsApps(encoded string) bool {
 	var r struct {
 		Phase Phase `json:"phase"`

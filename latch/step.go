@@ -353,6 +353,10 @@ func (m *machine) markVerified(prior Record) {
 // its pauses from the API server and steps again with MayMark, so that a
 // mark, which is never taken back, is never made from a stale view.
 func MarkDue(s Settings, rec Record, obs Observation, now time.Time) bool {
+	// Every sync asks; most Stages answer here, without a second Step.
+	if !s.MarkVerified || rec.Phase != PhaseLatched {
+		return false
+	}
 	obs.MayMark = true
 	for _, a := range Step(s, rec, obs, now).Actions {
 		if a.Kind == ActionMarkVerified {
