@@ -163,27 +163,9 @@ func TestAppsHealthyUnderUnhealthyStageDoNotCount(t *testing.T) {
 // and, with pause-on-failure, pauses it.
 func TestAppsDegradedAfterLatchFails(t *testing.T) {
 	t.Parallel()
-	ns := env.newProject(t)
-	startOperator(t, ns, fastSettings())
-	s := env.createStage(t, ns, "test", map[string]string{
-		controller.DegradedGraceAnnotation:  "2s",
-		controller.PauseOnFailureAnnotation: "true",
-	})
-	if r, _ := latchByApps(t, s); r.LatchedBy != latch.LatchedByApps {
-		t.Fatalf("latchedBy = %q, want %q", r.LatchedBy, latch.LatchedByApps)
-	}
-
-	must(t, s.SetAppsHealth(ctx, kargo.HealthUnhealthy, app("a", "Degraded"), app("b", "Healthy")))
-	degradedAt := time.Now()
-	waitPhase(t, s, latch.PhaseDegraded)
+	ns, s, degradedAt := degradedAfterAppsLatch(t, "2s")
 	waitEvent(t, s, controller.ReasonStageDegraded)
-	r := waitPhase(t, s, latch.PhaseFailed)
-	if r.Failure.Reason != latch.ReasonDegraded {
-		t.Errorf("failure reason = %s, want Degraded", r.Failure.Reason)
-	}
-	if took := time.Since(degradedAt); took < 2*time.Second {
-		t.Errorf("failed %v after the App turned Degraded, before the 2s grace", took)
-	}
+	waitDegradedFailure(t, s, degradedAt, 2*time.Second)
 	waitPaused(t, s, true)
 	if got := pausesFor(t, ns, s.Name); got != 1 {
 		t.Errorf("%d StagePauses, want 1", got)
@@ -269,17 +251,7 @@ func TestAppsUnknownOutputShapeUsesAggregateOnly(t *testing.T) {
 // Healthy as a whole; it is not failed at the end of the grace.
 func TestAppsRecoverPerAppAfterADegradedBlip(t *testing.T) {
 	t.Parallel()
-	ns := env.newProject(t)
-	startOperator(t, ns, fastSettings())
-	s := env.createStage(t, ns, "test", map[string]string{
-		controller.DegradedGraceAnnotation:  "6s",
-		controller.PauseOnFailureAnnotation: "true",
-	})
-	if r, _ := latchByApps(t, s); r.LatchedBy != latch.LatchedByApps {
-		t.Fatalf("latchedBy = %q, want %q", r.LatchedBy, latch.LatchedByApps)
-	}
-	must(t, s.SetAppsHealth(ctx, kargo.HealthUnhealthy, app("a", "Degraded"), app("b", "Healthy")))
-	waitPhase(t, s, latch.PhaseDegraded)
+	_, s, _ := degradedAfterAppsLatch(t, "6s")
 	// Back to flapping out of phase: a, then b.
 	must(t, s.SetAppsHealth(ctx, kargo.HealthProgressing, app("a", "Healthy"), app("b", "Progressing")))
 	waitFor(t, "a to count towards recovery", func() bool { return len(stageRecord(t, s).AppsRecovered) == 1 })
@@ -299,4 +271,25 @@ func TestAppsRecoverPerAppAfterADegradedBlip(t *testing.T) {
 	if paused(t, s) {
 		t.Error("Stage paused after it recovered")
 	}
+}
+
+// degradedAfterAppsLatch makes a Stage with pause-on-failure and the given
+// degraded grace, latches it by its Apps, then turns one App Degraded
+// (Kargo's aggregate Unhealthy) and waits for Degraded. It returns the
+// project, the Stage and when the App turned Degraded.
+func degradedAfterAppsLatch(t *testing.T, grace string) (string, *driver.Stage, time.Time) {
+	t.Helper()
+	ns := env.newProject(t)
+	startOperator(t, ns, fastSettings())
+	s := env.createStage(t, ns, "test", map[string]string{
+		controller.DegradedGraceAnnotation:  grace,
+		controller.PauseOnFailureAnnotation: "true",
+	})
+	if r, _ := latchByApps(t, s); r.LatchedBy != latch.LatchedByApps {
+		t.Fatalf("latchedBy = %q, want %q", r.LatchedBy, latch.LatchedByApps)
+	}
+	must(t, s.SetAppsHealth(ctx, kargo.HealthUnhealthy, app("a", "Degraded"), app("b", "Healthy")))
+	degradedAt := time.Now()
+	waitPhase(t, s, latch.PhaseDegraded)
+	return ns, s, degradedAt
 }

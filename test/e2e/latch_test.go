@@ -104,13 +104,7 @@ func TestDegradedPastGraceFails(t *testing.T) {
 	waitPhase(t, s, latch.PhaseDegraded)
 	waitEvent(t, s, controller.ReasonStageDegraded)
 	// No further write from "Kargo": the grace must expire by itself.
-	r := waitPhase(t, s, latch.PhaseFailed)
-	if r.Failure.Reason != latch.ReasonDegraded {
-		t.Errorf("failure reason = %s, want Degraded", r.Failure.Reason)
-	}
-	if took := time.Since(degradedAt); took < 2*time.Second {
-		t.Errorf("failed %v after turning Unhealthy, before the 2s grace", took)
-	}
+	waitDegradedFailure(t, s, degradedAt, 2*time.Second)
 	ev := waitEvent(t, s, controller.ReasonLatchFailed)
 	if ev.Type != "Warning" || !strings.Contains(ev.Message, "Degraded") {
 		t.Errorf("LatchFailed Event = %s %q, want a Warning naming Degraded", ev.Type, ev.Message)
@@ -338,4 +332,18 @@ func TestBadInputIsReportedAndHarmless(t *testing.T) {
 	if got := op.metric("kargo_latch_invalid_config_total", "stage", "soon"); got != 1 {
 		t.Errorf("kargo_latch_invalid_config_total = %v, want 1", got)
 	}
+}
+
+// waitDegradedFailure waits for a degraded Stage to fail with reason
+// Degraded, and checks that it did not fail before its grace.
+func waitDegradedFailure(t *testing.T, s *driver.Stage, degradedAt time.Time, grace time.Duration) latch.Record {
+	t.Helper()
+	r := waitPhase(t, s, latch.PhaseFailed)
+	if r.Failure.Reason != latch.ReasonDegraded {
+		t.Errorf("failure reason = %s, want Degraded", r.Failure.Reason)
+	}
+	if took := time.Since(degradedAt); took < grace {
+		t.Errorf("failed %v after turning Unhealthy, before the %v grace", took, grace)
+	}
+	return r
 }

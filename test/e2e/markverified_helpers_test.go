@@ -323,3 +323,15 @@ func (w *markWatch) values(freight, stage string) []string {
 	defer w.mu.Unlock()
 	return slices.Clone(w.seen[freight+"/"+stage])
 }
+
+// assertMarks checks that the operator reported want marks on the Stage:
+// as many FreightVerified Events, and its counter.
+func assertMarks(t *testing.T, op *operator, s *driver.Stage, want int) {
+	t.Helper()
+	if n := env.eventCount(t, s, controller.ReasonFreightVerified); n != want {
+		t.Errorf("%d FreightVerified Events, want %d", n, want)
+	}
+	if n := op.metric("kargo_latch_freight_verified_total", "project", s.Namespace, "stage", s.Name); n != float64(want) {
+		t.Errorf("kargo_latch_freight_verified_total = %v, want %d", n, want)
+	}
+}

@@ -78,12 +78,7 @@ func TestMarkVerifiedWritesOneKey(t *testing.T) {
 	if rv := freightOnServer(t, ns, name).GetResourceVersion(); rv != after.GetResourceVersion() {
 		t.Errorf("the Freight was written again after its mark (resourceVersion %s -> %s)", after.GetResourceVersion(), rv)
 	}
-	if n := env.eventCount(t, s, controller.ReasonFreightVerified); n != 1 {
-		t.Errorf("%d FreightVerified Events, want 1", n)
-	}
-	if n := op.metric("kargo_latch_freight_verified_total", "project", ns, "stage", s.Name); n != 1 {
-		t.Errorf("kargo_latch_freight_verified_total = %v, want 1", n)
-	}
+	assertMarks(t, op, s, 1)
 	if n := op.metric("kargo_latch_mark_verified_errors_total"); n != 0 {
 		t.Errorf("kargo_latch_mark_verified_errors_total = %v, want 0", n)
 	}
@@ -240,12 +235,7 @@ func TestMarkVerifiedLeavesVerifiedFreight(t *testing.T) {
 	if at, _ := verifiedAt(after, s.Name); at != rfc3339(kargoAt) {
 		t.Errorf("verifiedAt = %s, want Kargo's %s", at, rfc3339(kargoAt))
 	}
-	if n := env.eventCount(t, s, controller.ReasonFreightVerified); n != 0 {
-		t.Errorf("%d FreightVerified Events, want none", n)
-	}
-	if n := op.metric("kargo_latch_freight_verified_total"); n != 0 {
-		t.Errorf("kargo_latch_freight_verified_total = %v, want 0", n)
-	}
+	assertMarks(t, op, s, 0)
 }
 
 // TestMarkVerifiedOff: without the annotation and the flag, or with the
