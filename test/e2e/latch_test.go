@@ -336,7 +336,7 @@ func TestBadInputIsReportedAndHarmless(t *testing.T) {
 
 // waitDegradedFailure waits for a degraded Stage to fail with reason
 // Degraded, and checks that it did not fail before its grace.
-func waitDegradedFailure(t *testing.T, s *driver.Stage, degradedAt time.Time, grace time.Duration) latch.Record {
+func waitDegradedFailure(t *testing.T, s *driver.Stage, degradedAt time.Time, grace time.Duration) {
 	t.Helper()
 	r := waitPhase(t, s, latch.PhaseFailed)
 	if r.Failure.Reason != latch.ReasonDegraded {
@@ -345,5 +345,4 @@ func waitDegradedFailure(t *testing.T, s *driver.Stage, degradedAt time.Time, gr
 	if took := time.Since(degradedAt); took < grace {
 		t.Errorf("failed %v after turning Unhealthy, before the %v grace", took, grace)
 	}
-	return r
 }
