@@ -8,7 +8,7 @@ GOLANGCI_LINT := $(BIN)/golangci-lint
 GOLANGCI_VERSION := v2.15.0
 # Packages that run with the race detector (the issue's list, plus the rest
 # of the operator's own code).
-RACE_PKGS     := ./latch/... ./queue/... ./controller/... ./kargo/... ./metrics/... ./api/... ./hack/...
+RACE_PKGS     := ./latch/... ./queue/... ./controller/... ./kargo/... ./metrics/... ./api/... ./hack/... ./cli/...
 PROMTOOL      ?= promtool
 FUZZTIME      ?= 30s
 # The failure-injection tests of docs/reliability.md: SIGKILL loops, leader

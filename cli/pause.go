@@ -2,8 +2,10 @@ package cli
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
+	"regexp"
 	"strings"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -20,11 +22,17 @@ func pause(ctx context.Context, args []string, out io.Writer) error {
 	var all bool
 	var reason, message string
 	c.fs.BoolVar(&all, "all", false, "pause every Stage of the project")
-	c.fs.StringVar(&reason, "reason", "", "why (default Manual, or ProjectPause with --all)")
+	c.fs.StringVar(&reason, "reason", "", "why, one CamelCase word such as DBMigration (default Manual, or ProjectPause with --all)")
 	c.fs.StringVar(&message, "message", "", "free text for people")
 	pos, err := c.parse(args)
 	if err != nil {
 		return err
+	}
+	if err := checkReason(reason, message != ""); err != nil {
+		return err
+	}
+	if len(message) > maxMessage {
+		return fmt.Errorf("--message is %d characters long; a StagePause's message holds at most %d", len(message), maxMessage)
 	}
 	stage := v1alpha1.AllStages
 	switch {
@@ -77,6 +85,53 @@ func pause(ctx context.Context, args []string, out io.Writer) error {
 	}
 	_, err = fmt.Fprintf(out, "stagepause %s/%s created: %s paused (reason %s)\n", ns, created.GetName(), what, reason)
 	return err
+}
+
+// A reason is a CamelCase word, as Kubernetes' reasons are: it is kept in
+// the label kargo-latch.io/reason, shown in status tables and used as a
+// metric label. Free text goes in --message.
+var reasonPattern = regexp.MustCompile(`^[A-Z][A-Za-z0-9]*$`)
+
+// maxReason is the CRD's limit, also a label value's; maxMessage the CRD's.
+const (
+	maxReason  = 63
+	maxMessage = 4096
+)
+
+// checkReason refuses a reason that is not one CamelCase word, and suggests
+// one made from its words ("DB migration" -> DBMigration), with the text as
+// the message unless there is one.
+func checkReason(reason string, haveMessage bool) error {
+	if reason == "" || (reasonPattern.MatchString(reason) && len(reason) <= maxReason) {
+		return nil
+	}
+	msg := fmt.Sprintf("--reason %q is not a reason: a reason is one CamelCase word of letters and digits, starting with a capital letter, at most %d long (e.g. DBMigration); put free text in --message", reason, maxReason)
+	if s := camelCase(reason); s != "" && s != reason && len(s) <= maxReason {
+		if haveMessage {
+			msg += fmt.Sprintf(". Did you mean --reason %s?", s)
+		} else {
+			msg += fmt.Sprintf(". Did you mean --reason %s --message %q?", s, reason)
+		}
+	}
+	return errors.New(msg)
+}
+
+// camelCase joins the words of s, each starting with a capital letter, and
+// drops everything but ASCII letters and digits; "" if nothing fits.
+func camelCase(s string) string {
+	var b strings.Builder
+	for _, w := range strings.FieldsFunc(s, func(r rune) bool { return !isASCIIAlnum(r) }) {
+		b.WriteString(strings.ToUpper(w[:1]) + w[1:])
+	}
+	out := b.String()
+	if !reasonPattern.MatchString(out) {
+		return ""
+	}
+	return out
+}
+
+func isASCIIAlnum(r rune) bool {
+	return r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9'
 }
 
 // labelValue makes "*" a valid label value.

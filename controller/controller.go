@@ -13,7 +13,9 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/dynamic/dynamicinformer"
 	"k8s.io/client-go/kubernetes"
@@ -61,6 +63,10 @@ type Config struct {
 	// that is reported: a brand-new Stage has none until Kargo reconciles
 	// it (default 1m).
 	StatusMissingAfter time.Duration
+	// CacheSyncTimeout bounds Start's wait for the caches; 0 waits until
+	// the context is done. A cache that cannot list (a missing CRD or
+	// right) then fails Start with the reason, rather than hanging.
+	CacheSyncTimeout time.Duration
 }
 
 // Controller reconciles Kargo Stages.
@@ -78,7 +84,10 @@ type Controller struct {
 	promotionInformers map[string]cache.SharedIndexInformer
 	pauseInformers     map[string]cache.SharedIndexInformer
 	factories          []dynamicinformer.DynamicSharedInformerFactory
-	synced             []cache.InformerSynced
+	caches             []watchedCache
+	problems           cacheProblems
+	cachesSynced       atomic.Bool  // Start saw every cache synced
+	bypass             *bypassWatch // gate bypasses seen (gatebypass.go)
 }
 
 // workQueues are the queues of one leadership term.
@@ -116,6 +125,7 @@ func New(cfg Config) (*Controller, error) {
 		clock:              cfg.Clock,
 		recorder:           cfg.Recorder,
 		memos:              newMemos(),
+		bypass:             newBypassWatch(),
 		stageInformers:     map[string]cache.SharedIndexInformer{},
 		promotionInformers: map[string]cache.SharedIndexInformer{},
 		pauseInformers:     map[string]cache.SharedIndexInformer{},
@@ -129,6 +139,7 @@ func New(cfg Config) (*Controller, error) {
 			return nil, err
 		}
 	}
+	cfg.Metrics.ObserveStages(phaseNames, newStageStates(c).all)
 	return c, nil
 }
 
@@ -137,12 +148,22 @@ func (c *Controller) watchNamespace(ns string) error {
 	stages := f.ForResource(kargo.StagesResource).Informer()
 	promotions := f.ForResource(kargo.PromotionsResource).Informer()
 	pauses := f.ForResource(v1alpha1.StagePausesResource).Informer()
-	for inf, transform := range map[cache.SharedIndexInformer]cache.TransformFunc{
-		stages: kargo.TransformStage, promotions: kargo.TransformPromotion, pauses: transformPause,
+	for _, w := range []struct {
+		gvr       schema.GroupVersionResource
+		inf       cache.SharedIndexInformer
+		transform cache.TransformFunc
+	}{
+		{kargo.StagesResource, stages, kargo.TransformStage},
+		{kargo.PromotionsResource, promotions, kargo.TransformPromotion},
+		{v1alpha1.StagePausesResource, pauses, transformPause},
 	} {
-		if err := inf.SetTransform(transform); err != nil {
+		if err := w.inf.SetTransform(w.transform); err != nil {
 			return fmt.Errorf("setting an informer transform: %w", err)
 		}
+		if err := w.inf.SetWatchErrorHandlerWithContext(c.watchErrorHandler(w.gvr, ns)); err != nil {
+			return fmt.Errorf("setting an informer's watch error handler: %w", err)
+		}
+		c.caches = append(c.caches, watchedCache{name: cacheName(w.gvr, ns), synced: w.inf.HasSynced})
 	}
 	if err := promotions.AddIndexers(cache.Indexers{promotionsByStage: promotionStageIndex}); err != nil {
 		return fmt.Errorf("promotion index: %w", err)
@@ -174,7 +195,6 @@ func (c *Controller) watchNamespace(ns string) error {
 	}
 	c.stageInformers[ns], c.promotionInformers[ns], c.pauseInformers[ns] = stages, promotions, pauses
 	c.factories = append(c.factories, f)
-	c.synced = append(c.synced, stages.HasSynced, promotions.HasSynced, pauses.HasSynced)
 	return nil
 }
 
@@ -194,16 +214,6 @@ func (c *Controller) informerFor(m map[string]cache.SharedIndexInformer, ns stri
 	return m[metav1.NamespaceAll]
 }
 
-// HasSynced reports whether every informer has synced (for readiness).
-func (c *Controller) HasSynced() bool {
-	for _, s := range c.synced {
-		if !s() {
-			return false
-		}
-	}
-	return true
-}
-
 // Run starts the informers and the workers, and blocks until ctx is done.
 func (c *Controller) Run(ctx context.Context) error {
 	if err := c.Start(ctx); err != nil {
@@ -213,10 +223,10 @@ func (c *Controller) Run(ctx context.Context) error {
 	return nil
 }
 
-// Start starts the informers and waits until their caches are synced. The
-// informers run until ctx is done. A standby replica calls only Start, so
-// that it is ready to take over with warm caches; the leader then calls
-// RunWorkers.
+// Start starts the informers and waits until their caches are synced, for
+// at most CacheSyncTimeout. The informers run until ctx is done. A standby
+// replica calls only Start, so that it is ready to take over with warm
+// caches; the leader then calls RunWorkers.
 func (c *Controller) Start(ctx context.Context) error {
 	if c.recorder == nil {
 		broadcaster := record.NewBroadcaster(record.WithContext(ctx))
@@ -234,10 +244,7 @@ func (c *Controller) Start(ctx context.Context) error {
 			f.Shutdown()
 		}
 	}()
-	if !cache.WaitForNamedCacheSyncWithContext(ctx, c.synced...) {
-		return errors.New("informer caches did not sync")
-	}
-	return nil
+	return c.waitForCaches(ctx)
 }
 
 // RunWorkers syncs Stages and StagePauses until ctx is done. Only the
@@ -250,6 +257,7 @@ func (c *Controller) RunWorkers(ctx context.Context) {
 		stages: queue.New("stages", c.cfg.QueueMetrics, c.cfg.Clock),
 		pauses: queue.New("stagepauses", c.cfg.QueueMetrics, c.cfg.Clock),
 	}
+	c.memos.newTerm()
 	c.work.Store(w)
 	defer c.work.CompareAndSwap(w, nil)
 	for _, inf := range c.stageInformers {
@@ -266,13 +274,30 @@ func (c *Controller) RunWorkers(ctx context.Context) {
 			}
 		}
 	}
-	countError := func(cache.ObjectName, error) { c.cfg.Metrics.ReconcileErrors.Inc() }
-	pauseWorker := &queue.Worker{Queue: w.pauses, Sync: c.syncPauseStatus, MaxRetries: maxRetries, OnError: countError}
-	stageWorker := &queue.Worker{Queue: w.stages, Sync: c.syncStage, MaxRetries: maxRetries, OnError: countError}
+	pauseWorker := &queue.Worker{Queue: w.pauses, Sync: c.syncPauseStatus, MaxRetries: maxRetries, OnError: c.syncFailed(ctx, "stagePause")}
+	stageWorker := &queue.Worker{Queue: w.stages, Sync: c.syncStage, MaxRetries: maxRetries, OnError: c.syncFailed(ctx, "stage")}
 	done := make(chan struct{})
 	go func() { defer close(done); pauseWorker.Run(ctx, 1) }()
 	stageWorker.Run(ctx, c.cfg.Workers)
 	<-done
+}
+
+// syncFailed reports a failed sync of an object of the kind named. A write
+// conflict is a retry, not an error: the Stage's record is stored
+// conditionally on the resourceVersion it was computed from, and Kargo's
+// status writes make that conflict by design; the retry computes it again
+// from the fresh Stage. Anything else is an error, logged as it happens.
+func (c *Controller) syncFailed(ctx context.Context, kind string) func(cache.ObjectName, error) {
+	logger := klog.FromContext(ctx)
+	return func(key cache.ObjectName, err error) {
+		if apierrors.IsConflict(err) {
+			c.cfg.Metrics.WriteConflicts.Inc()
+			logger.V(4).Info("Write conflicted; retrying from fresh data", kind, klog.KRef(key.Namespace, key.Name), "err", err)
+			return
+		}
+		c.cfg.Metrics.ReconcileErrors.Inc()
+		logger.Error(err, "Sync failed", kind, klog.KRef(key.Namespace, key.Name))
+	}
 }
 
 // enqueue adds a Stage to the current term's queue, if this replica leads.

@@ -60,6 +60,13 @@ func newFixtureWith(t *testing.T, dryRun bool, setup func(*fixture), objects ...
 		f.patches.Add(1)
 		return false, nil, nil
 	})
+	// The API server stamps what it creates; the fake does not.
+	f.client.PrependReactor("create", "*", func(a k8stesting.Action) (bool, runtime.Object, error) {
+		if o, ok := a.(k8stesting.CreateAction).GetObject().(metav1.Object); ok && o.GetCreationTimestamp().Time.IsZero() {
+			o.SetCreationTimestamp(metav1.Now())
+		}
+		return false, nil, nil
+	})
 	f.kube = kubefake.NewClientset()
 	if setup != nil {
 		setup(f)
@@ -147,13 +154,37 @@ func TestSyncLatchesOnceAndWritesOnlyOnChange(t *testing.T) {
 	if got := f.record("prod").Phase; got != latch.PhaseLatched {
 		t.Fatalf("phase = %s, want Latched", got)
 	}
+	// The echo of its own write, then a change it reads that changes
+	// nothing: both synced, neither written.
+	waitUntil(t, func() bool { return f.syncs() >= 2 })
+	f.touch("prod")
+	waitUntil(t, func() bool { return f.syncs() >= 3 })
 	if n := f.patches.Load(); n != 1 {
-		t.Errorf("%d patches, want exactly 1", n)
+		t.Errorf("%d patches after %d syncs, want exactly 1", n, f.syncs())
 	}
 	select {
 	case e := <-f.recorder.Events:
 		t.Errorf("unexpected second Event %q", e)
-	case <-time.After(300 * time.Millisecond):
+	default:
+	}
+}
+
+// touch changes an annotation of a Stage that the operator reads but that
+// changes nothing of its judgement, so that it syncs the Stage again.
+func (f *fixture) touch(name string) {
+	f.t.Helper()
+	u, err := f.client.Resource(kargo.StagesResource).Namespace("shop").Get(context.Background(), name, metav1.GetOptions{})
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	annotations := u.GetAnnotations()
+	if annotations == nil {
+		annotations = map[string]string{}
+	}
+	annotations["example.com/touched"] = time.Now().String()
+	u.SetAnnotations(annotations)
+	if _, err := f.client.Resource(kargo.StagesResource).Namespace("shop").Update(context.Background(), u, metav1.UpdateOptions{}); err != nil {
+		f.t.Fatal(err)
 	}
 }
 
@@ -197,12 +228,22 @@ func TestFailureCreatesItsPauseOnce(t *testing.T) {
 	if got := p.GetLabels()[v1alpha1.ReasonLabel]; got != "PromotionFailed" {
 		t.Errorf("reason label %q, want PromotionFailed", got)
 	}
+	waitUntil(t, func() bool { return len(f.stagePausedEvents()) == 1 })
+
+	// Synced again, after the record is stored: nothing more is made.
+	synced := f.syncs()
+	f.touch("prod")
+	waitUntil(t, func() bool { return f.syncs() > synced })
+	pauses, err = f.client.Resource(v1alpha1.StagePausesResource).Namespace("shop").List(context.Background(), metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
 	events, err := f.kube.CoreV1().Events("shop").List(context.Background(), metav1.ListOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(events.Items) != 1 || events.Items[0].Reason != ReasonStagePaused {
-		t.Errorf("Events written to the API: %+v, want one StagePaused", events.Items)
+	if len(pauses.Items) != 1 || len(events.Items) != 1 || events.Items[0].Reason != ReasonStagePaused {
+		t.Errorf("after another sync: %d StagePauses and Events %+v, want one of each", len(pauses.Items), events.Items)
 	}
 }
 

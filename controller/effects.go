@@ -22,30 +22,31 @@ import (
 	"github.com/kargo-latch/kargo-latch/latch"
 )
 
-// beforeStore makes the effects of the Stage becoming paused that must
-// happen exactly once (the StagePaused Event, the drain), before the record
-// that says they happened is stored. Each is idempotent, so a sync retried
-// after a crash or a conflict repeats it harmlessly. (A failure's pause is
-// made even earlier, in syncStage.)
+// beforeStore drains the queued auto-promotions of a Stage becoming paused,
+// when asked to, before the record that says the Stage is paused is stored:
+// the drain is idempotent, so a sync retried after a crash or a conflict
+// repeats it harmlessly. (A failure's pause is made even earlier, in
+// syncStage; the StagePaused Event beside the store, in announce.)
 func (c *Controller) beforeStore(ctx context.Context, stage *kargo.Stage, settings latch.Settings, pauses []*v1alpha1.StagePause, res latch.Result) error {
-	if c.cfg.DryRun {
+	if !settings.DrainOnPause {
 		return nil
 	}
-	for _, a := range res.Actions {
-		p := pauseNamed(pauses, a.Pause)
-		if a.Kind != latch.ActionPaused || p == nil {
-			continue
-		}
-		if err := c.pausedEvent(ctx, stage, p); err != nil {
-			return err
-		}
-		if settings.DrainOnPause {
-			if err := c.drain(ctx, stage, p); err != nil {
-				return err
-			}
-		}
+	a, ok := actionOf(res, latch.ActionPaused)
+	if p := pauseNamed(pauses, a.Pause); ok && p != nil {
+		return c.drain(ctx, stage, p)
 	}
 	return nil
+}
+
+// reportDryRunPauses says, in --dry-run, which StagePauses a step would
+// create.
+func (c *Controller) reportDryRunPauses(ctx context.Context, stage *kargo.Stage, res latch.Result) {
+	for _, a := range res.Actions {
+		if a.Kind == latch.ActionCreatePause {
+			klog.FromContext(ctx).Info("Dry run: would create a StagePause", "pause", a.Pause, "reason", a.Reason)
+			c.event(stage, corev1.EventTypeWarning, ReasonStagePaused, fmt.Sprintf("Dry run: would create StagePause %s (reason %s): %s", a.Pause, a.Reason, truncate(a.Message, 512)))
+		}
+	}
 }
 
 // afterStore reports the step's actions as Events and metrics.
@@ -83,12 +84,6 @@ func (c *Controller) afterStore(stage *kargo.Stage, pauses []*v1alpha1.StagePaus
 		c.event(stage, corev1.EventTypeWarning, ReasonPauseLabelRestored,
 			fmt.Sprintf("Put back the %s label that was removed: StagePause %s still covers the Stage", PausedLabel, pauses[0].Name))
 	}
-	reason := ""
-	if len(pauses) > 0 {
-		reason = pauses[0].EffectiveReason()
-	}
-	c.cfg.Metrics.SetPaused(ns, name, reason, len(res.Record.Pauses) > 0)
-	c.cfg.Metrics.SetPhase(ns, name, string(res.Record.Phase), phaseNames)
 }
 
 func pauseNamed(pauses []*v1alpha1.StagePause, name string) *v1alpha1.StagePause {
@@ -104,21 +99,28 @@ func pauseNamed(pauses []*v1alpha1.StagePause, name string) *v1alpha1.StagePause
 const maxPauseMessage = 4096
 
 // createFailurePauses creates the StagePauses a step asked for, and returns
-// pauses with them added, sorted by name as coveringPauses sorts.
-func (c *Controller) createFailurePauses(ctx context.Context, stage *kargo.Stage, res latch.Result, pauses []*v1alpha1.StagePause) ([]*v1alpha1.StagePause, error) {
-	out := slices.Clone(pauses)
+// pauses with them added, sorted by name as coveringPauses sorts, and held
+// with those found deleted and held for resume: their failure was judged
+// before, and someone resumed it since.
+func (c *Controller) createFailurePauses(ctx context.Context, stage *kargo.Stage, res latch.Result, pauses, held []*v1alpha1.StagePause) (covering, deleted []*v1alpha1.StagePause, err error) {
+	covering, deleted = slices.Clone(pauses), slices.Clone(held)
 	for _, a := range res.Actions {
-		if a.Kind != latch.ActionCreatePause || pauseNamed(out, a.Pause) != nil {
+		if a.Kind != latch.ActionCreatePause || pauseNamed(covering, a.Pause) != nil || pauseNamed(deleted, a.Pause) != nil {
 			continue
 		}
 		p, err := c.createFailurePause(ctx, stage, a)
-		if err != nil {
-			return nil, err
+		switch {
+		case err != nil:
+			return nil, nil, err
+		case p.HeldForResume():
+			deleted = append(deleted, p)
+		case p.DeletionTimestamp == nil:
+			covering = append(covering, p)
 		}
-		out = append(out, p)
 	}
-	sortPauses(out)
-	return out, nil
+	sortPauses(covering)
+	sortPauses(deleted)
+	return covering, deleted, nil
 }
 
 // createFailurePause creates the StagePause a failure asked for. Its name is
@@ -138,6 +140,7 @@ func (c *Controller) createFailurePause(ctx context.Context, stage *kargo.Stage,
 			OwnerReferences: []metav1.OwnerReference{{
 				APIVersion: kargo.GroupVersion.String(), Kind: "Stage", Name: stage.Name, UID: stage.UID,
 			}},
+			Finalizers: []string{v1alpha1.ResumeFinalizer},
 		},
 		Spec: v1alpha1.StagePauseSpec{Stage: stage.Name, Reason: string(a.Reason), Message: msg},
 	}
@@ -163,28 +166,38 @@ func (c *Controller) createFailurePause(ctx context.Context, stage *kargo.Stage,
 	return created, nil
 }
 
-// pausedEvent records StagePaused exactly once per pause.
-func (c *Controller) pausedEvent(ctx context.Context, stage *kargo.Stage, p *v1alpha1.StagePause) error {
-	msg := fmt.Sprintf("Paused by StagePause %s (reason %s)", p.Name, p.EffectiveReason())
-	if p.Spec.Message != "" {
-		msg += ": " + truncate(p.Spec.Message, 1024)
+// pausedEvent records StagePaused exactly once per pause: the one mark
+// names, p when it still exists.
+func (c *Controller) pausedEvent(ctx context.Context, stage *kargo.Stage, mark latch.PauseMark, p *v1alpha1.StagePause) error {
+	msg := fmt.Sprintf("Paused by StagePause %s (deleted since)", mark.Name)
+	if p != nil {
+		msg = fmt.Sprintf("Paused by StagePause %s (reason %s)", p.Name, p.EffectiveReason())
+		if p.Spec.Message != "" {
+			msg += ": " + truncate(p.Spec.Message, 1024)
+		}
 	}
-	return c.eventOnce(ctx, stage, "paused", string(p.UID)+"\x00"+p.Name, corev1.EventTypeWarning, ReasonStagePaused, msg)
+	return c.eventOnce(ctx, stage, eventName(stage, "paused", mark.UID+"\x00"+mark.Name), corev1.EventTypeWarning, ReasonStagePaused, msg)
 }
 
-// eventOnce records an Event about a Stage whose name is derived from the
-// Stage, kind and identity, so that an effect repeated after a crash finds
-// its Event instead of sending a second one. It is written directly, not
-// through the asynchronous recorder, which could lose it in a crash.
-func (c *Controller) eventOnce(ctx context.Context, stage *kargo.Stage, kind, identity, eventType, reason, msg string) error {
+// eventName derives an Event's name from the Stage, kind and identity, so
+// that an effect repeated after a crash finds its Event instead of sending a
+// second one.
+func eventName(stage *kargo.Stage, kind, identity string) string {
 	sum := sha256.Sum256([]byte(string(stage.UID) + "\x00" + identity))
 	prefix := stage.Name
 	if len(prefix) > 200 {
 		prefix = prefix[:200]
 	}
+	return prefix + "." + kind + "." + hex.EncodeToString(sum[:8])
+}
+
+// eventOnce records an Event about a Stage under a name from eventName. It
+// is written directly, not through the asynchronous recorder, which could
+// lose it in a crash.
+func (c *Controller) eventOnce(ctx context.Context, stage *kargo.Stage, name, eventType, reason, msg string) error {
 	now := metav1.NewTime(c.clock.Now())
 	ev := &corev1.Event{
-		ObjectMeta: metav1.ObjectMeta{Name: prefix + "." + kind + "." + hex.EncodeToString(sum[:8]), Namespace: stage.Namespace},
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: stage.Namespace},
 		InvolvedObject: corev1.ObjectReference{
 			APIVersion: kargo.GroupVersion.String(), Kind: "Stage",
 			Namespace: stage.Namespace, Name: stage.Name, UID: stage.UID,
@@ -205,18 +218,17 @@ func (c *Controller) eventOnce(ctx context.Context, stage *kargo.Stage, kind, id
 // it is Pending and Kargo's auto-promotion made it; Running Promotions and
 // people's Promotions are never touched.
 func (c *Controller) drain(ctx context.Context, stage *kargo.Stage, pause *v1alpha1.StagePause) error {
-	inf := c.informerFor(c.promotionInformers, stage.Namespace)
-	if inf == nil {
-		return nil
-	}
-	objs, err := inf.GetIndexer().ByIndex(promotionsByStage, stage.Namespace+"/"+stage.Name)
+	queued, err := c.stagePromotions(ctx, stage)
 	if err != nil {
 		return err
 	}
 	var drained []string
-	for _, o := range objs {
-		p, ok := o.(*kargo.Promotion)
-		if !ok || (p.Phase != "" && p.Phase != "Pending") || !p.AutoPromotion() {
+	for _, p := range queued {
+		if (p.Phase != "" && p.Phase != "Pending") || !p.AutoPromotion() {
+			continue
+		}
+		if c.cfg.DryRun {
+			drained = append(drained, p.Name)
 			continue
 		}
 		if _, aborted := p.Annotations[kargo.AbortAnnotation]; !aborted {
@@ -241,42 +253,88 @@ func (c *Controller) drain(ctx context.Context, stage *kargo.Stage, pause *v1alp
 		return nil
 	}
 	slices.Sort(drained)
-	if err := c.addDrained(ctx, pause, drained); err != nil {
+	if c.cfg.DryRun {
+		klog.FromContext(ctx).Info("Dry run: would abort queued auto-promotions", "pause", pause.Name, "promotions", drained)
+		c.event(stage, corev1.EventTypeNormal, ReasonPromotionDrained,
+			fmt.Sprintf("Dry run: would abort %d queued auto-promotion(s) as StagePause %s takes effect: %s", len(drained), pause.Name, strings.Join(drained, ", ")))
+		return nil
+	}
+	added, err := c.addDrained(ctx, pause, drained)
+	if err != nil || len(added) == 0 {
+		// Reported by the sync that recorded them: a retry does not repeat it.
 		return err
 	}
 	c.event(stage, corev1.EventTypeNormal, ReasonPromotionDrained,
-		fmt.Sprintf("Aborted %d queued auto-promotion(s) as StagePause %s took effect: %s", len(drained), pause.Name, strings.Join(drained, ", ")))
+		fmt.Sprintf("Aborted %d queued auto-promotion(s) as StagePause %s took effect: %s", len(added), pause.Name, strings.Join(added, ", ")))
 	return nil
+}
+
+// stagePromotions lists a Stage's Promotions from the API server, not the
+// cache: one created a moment before the pause, not yet delivered to the
+// informer, must not escape the drain. Kargo's webhook labels every
+// Promotion with its Stage; cached ones without the label are added.
+func (c *Controller) stagePromotions(ctx context.Context, stage *kargo.Stage) ([]*kargo.Promotion, error) {
+	list, err := c.cfg.Dynamic.Resource(kargo.PromotionsResource).Namespace(stage.Namespace).
+		List(ctx, metav1.ListOptions{LabelSelector: kargo.StageLabel + "=" + stage.Name})
+	if err != nil {
+		return nil, fmt.Errorf("listing the Stage's Promotions: %w", err)
+	}
+	var out []*kargo.Promotion
+	seen := map[string]bool{}
+	for i := range list.Items {
+		p := kargo.PromotionFromUnstructured(&list.Items[i])
+		if p.Stage == stage.Name {
+			out = append(out, p)
+			seen[p.Name] = true
+		}
+	}
+	if inf := c.informerFor(c.promotionInformers, stage.Namespace); inf != nil {
+		cached, err := inf.GetIndexer().ByIndex(promotionsByStage, stage.Namespace+"/"+stage.Name)
+		if err != nil {
+			return nil, err
+		}
+		for _, o := range cached {
+			if p, ok := o.(*kargo.Promotion); ok && !seen[p.Name] {
+				out = append(out, p)
+			}
+		}
+	}
+	return out, nil
 }
 
 // addDrained adds names to a pause's status.drained. Several Stages can
 // drain into one project-wide pause at once, so it reads the pause fresh
 // and writes conditionally.
-func (c *Controller) addDrained(ctx context.Context, pause *v1alpha1.StagePause, names []string) error {
+func (c *Controller) addDrained(ctx context.Context, pause *v1alpha1.StagePause, names []string) (added []string, err error) {
 	client := c.cfg.Dynamic.Resource(v1alpha1.StagePausesResource).Namespace(pause.Namespace)
 	u, err := client.Get(ctx, pause.Name, metav1.GetOptions{})
 	if apierrors.IsNotFound(err) {
-		return nil
+		return nil, nil
 	}
 	if err != nil {
-		return err
+		return nil, err
 	}
 	have, _, _ := unstructured.NestedStringSlice(u.Object, "status", "drained")
-	all := append(slices.Clone(have), names...)
+	for _, n := range names {
+		if !slices.Contains(have, n) {
+			added = append(added, n)
+		}
+	}
+	if len(added) == 0 {
+		return nil, nil
+	}
+	all := append(slices.Clone(have), added...)
 	slices.Sort(all)
 	all = slices.Compact(all)
-	if len(all) == len(have) {
-		return nil
-	}
 	patch, _ := json.Marshal(map[string]any{
 		"metadata": map[string]any{"resourceVersion": u.GetResourceVersion()},
 		"status":   map[string]any{"drained": all},
 	})
 	_, err = client.Patch(ctx, pause.Name, types.MergePatchType, patch, metav1.PatchOptions{FieldManager: FieldManager}, "status")
 	if err != nil {
-		return fmt.Errorf("recording drained Promotions on StagePause %s: %w", pause.Name, err)
+		return nil, fmt.Errorf("recording drained Promotions on StagePause %s: %w", pause.Name, err)
 	}
-	return nil
+	return added, nil
 }
 
 // reportConfig warns once per new invalid-settings message.

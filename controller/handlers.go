@@ -36,9 +36,14 @@ func sameView(a, b *kargo.Stage) bool {
 
 // enqueuePromotionStage enqueues the Stage a Promotion is for. A Promotion
 // without spec.stage (Kargo's schema requires one) concerns no Stage.
+// Before that, it looks whether the Promotion passed a pause gate that
+// should have stopped it (gatebypass.go): a sync of the Stage that follows
+// thus follows that look too.
 func (c *Controller) enqueuePromotionStage(obj any) {
 	if tomb, ok := obj.(cache.DeletedFinalStateUnknown); ok {
 		obj = tomb.Obj
+	} else {
+		c.watchGateBypass(obj)
 	}
 	p, ok := obj.(*kargo.Promotion)
 	if !ok || p.Stage == "" {

@@ -120,7 +120,7 @@ func (c *Controller) markVerified(ctx context.Context, stage *kargo.Stage, rec l
 			c.cfg.Metrics.FreightVerified.WithLabelValues(stage.Namespace, stage.Name).Inc()
 		}
 		msg := fmt.Sprintf("Marked Freight %s verified in Stage %s at %s: %s", name, stage.Name, verifiedAt, a.Message)
-		if err := c.eventOnce(ctx, stage, "verified", rec.Cycle()+"\x00"+name, corev1.EventTypeNormal, ReasonFreightVerified, msg); err != nil {
+		if err := c.eventOnce(ctx, stage, eventName(stage, "verified", rec.Cycle()+"\x00"+name), corev1.EventTypeNormal, ReasonFreightVerified, msg); err != nil {
 			return err
 		}
 	}

@@ -11,7 +11,8 @@ import (
 
 // memo is what the operator remembers of a Stage between syncs, in memory
 // only. None of it is needed for correctness after a restart: it keeps
-// reports (Events, counters) to one per change instead of one per sync.
+// reports (Events, counters) to one per change instead of one per sync, and
+// saves reads a fresh memo would make.
 type memo struct {
 	health        latch.Health // last health seen, to count flaps once
 	configProblem string       // last invalid-settings message reported
@@ -19,6 +20,15 @@ type memo struct {
 	badHealth     string       // last unknown health string reported
 	statusMissing bool         // a missing status was reported
 	tooManyApps   bool         // a Stage listing too many Apps was reported
+	// announced names the pause whose StagePaused Event this replica made;
+	// owed is one whose create failed, kept until it is made.
+	announced string
+	owed      *announcement
+	// writtenState is the record this replica last wrote to the Stage, or
+	// tried to: while the cache shows another, the cache may be behind.
+	// It starts as unknownWrites: a replica that just became leader may
+	// cache a Stage behind the last write of the leader before it.
+	writtenState string
 	// markRetryAt holds marking in markHeldCycle back after a failed try;
 	// markedCycle is the cycle whose marks this replica stored;
 	// markForbiddenCycle is the cycle whose refusal was reported.
@@ -31,6 +41,9 @@ type memo struct {
 	// nothing; nil when there is none.
 	dryRunRecord *latch.Record
 }
+
+// unknownWrites is a writtenState no record equals.
+const unknownWrites = "\x00unknown"
 
 type memos struct {
 	mu sync.Mutex
@@ -46,10 +59,22 @@ func (ms *memos) get(key cache.ObjectName) *memo {
 	defer ms.mu.Unlock()
 	m, ok := ms.m[key]
 	if !ok {
-		m = &memo{}
+		m = &memo{writtenState: unknownWrites}
 		ms.m[key] = m
 	}
 	return m
+}
+
+// newTerm forgets, at the start of a leadership term, what only holds while
+// this replica is the one writing: another leader may have written the
+// Stages since this replica last did, and its cache may be behind that.
+func (ms *memos) newTerm() {
+	ms.mu.Lock()
+	defer ms.mu.Unlock()
+	for _, m := range ms.m {
+		m.writtenState = unknownWrites
+		m.announced = ""
+	}
 }
 
 func (ms *memos) forget(key cache.ObjectName) {

@@ -33,6 +33,7 @@ const (
 	ReasonPauseLabelRestored    = "PauseLabelRestored"
 	ReasonInvalidConfig         = "InvalidConfig"
 	ReasonInvalidState          = "InvalidState"
+	ReasonNewerState            = "NewerState"
 	ReasonUnknownHealth         = "UnknownHealth"
 	ReasonStatusMissing         = "StatusMissing"
 	ReasonFreightVerified       = "FreightVerified"

@@ -161,7 +161,13 @@ func (c *Controller) syncPauseStatus(ctx context.Context, key cache.ObjectName) 
 		return 0, err
 	}
 	p, ok := obj.(*v1alpha1.StagePause)
-	if !ok || p.DeletionTimestamp != nil {
+	if !ok {
+		return 0, nil
+	}
+	if p.DeletionTimestamp != nil {
+		if p.HeldForResume() {
+			return 0, c.releaseOrphan(ctx, p)
+		}
 		return 0, nil
 	}
 	var covered int32

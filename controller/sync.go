@@ -3,6 +3,7 @@ package controller
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"time"
 
@@ -21,10 +22,11 @@ import (
 // in an order that survives a crash at any point:
 //
 //  1. effects that must not be lost (creating a failure's pause, the
-//     StagePaused Event, the drain) are made first, idempotently;
+//     drain) are made first, idempotently;
 //  2. then the Stage's record, paused label and refresh request are stored
 //     in one patch, conditional on the resourceVersion they were computed
-//     from, so a stale or outdated view is retried rather than stored;
+//     from, so a stale or outdated view is retried rather than stored; the
+//     StagePaused Event is made at the same time (see announcement);
 //  3. then the remaining Events and metrics are reported.
 //
 // Nothing is written when nothing changed.
@@ -45,27 +47,41 @@ func (c *Controller) syncStage(ctx context.Context, key cache.ObjectName) (time.
 		return 0, nil
 	}
 	m := c.memos.get(key)
+	if c.leftAlone(stage, m) {
+		// This version cannot tell whether that record shows a resume; it
+		// will never judge the Stage, so it holds none of its pauses.
+		return 0, c.releasePauses(ctx, c.heldPauses(stage))
+	}
 	settings, problem := settingsFor(stage.Annotations, c.cfg.Defaults)
 	c.reportConfig(stage, m, problem)
-	pauses := c.coveringPauses(key.Namespace, key.Name)
+	pauses, held := c.coveringPauses(key.Namespace, key.Name), c.heldPauses(stage)
 
 	now := c.clock.Now()
-	res, obs := c.step(stage, m, settings, pauses, now)
+	res, obs := c.step(stage, m, settings, pauses, held, now)
 	if hasAction(res, latch.ActionCreatePause) && !c.cfg.DryRun {
-		// A pause is made from this judgement before the record is stored:
-		// judge again on the Stage as it is on the server, not as cached.
-		if stage, err = c.liveStage(ctx, key); stage == nil || err != nil {
-			return 0, err
+		// A pause is made from this judgement before the record is stored.
+		// A cache that does not yet show this replica's last write may hold
+		// a record older than a failure already paused and resumed: judge
+		// again on the Stage as it is on the server.
+		if m.writtenState != stage.Annotations[StateAnnotation] {
+			if stage, err = c.liveStage(ctx, key); stage == nil || err != nil {
+				return 0, err
+			}
+			if c.leftAlone(stage, m) {
+				return 0, nil
+			}
 		}
-		if res, _ = c.step(stage, m, settings, pauses, now); hasAction(res, latch.ActionCreatePause) {
+		if res, _ = c.step(stage, m, settings, pauses, held, now); hasAction(res, latch.ActionCreatePause) {
 			// Make the pause, and let this same sync see it: the Stage is
 			// labeled and the pause takes effect without waiting for the
-			// informer to deliver it.
-			if pauses, err = c.createFailurePauses(ctx, stage, res, pauses); err != nil {
+			// informer to deliver it. A pause found deleted was resumed.
+			if pauses, held, err = c.createFailurePauses(ctx, stage, res, pauses, held); err != nil {
 				return 0, err
 			}
 		}
-		res, obs = c.step(stage, m, settings, pauses, now)
+		res, obs = c.step(stage, m, settings, pauses, held, now)
+	} else if hasAction(res, latch.ActionCreatePause) {
+		c.reportDryRunPauses(ctx, stage, res)
 	}
 	var reads *markReads
 	if m.mayTryMark(res.Record.Cycle(), now) && latch.MarkDue(settings, res.Record, obs, now) {
@@ -77,16 +93,28 @@ func (c *Controller) syncStage(ctx context.Context, key cache.ObjectName) (time.
 	if err := c.beforeStore(ctx, stage, settings, pauses, res); err != nil {
 		return 0, err
 	}
+	announced := c.announce(ctx, stage, m, c.owedAnnouncement(stage, m, pauses, res))
 	stored, restored, err := c.store(ctx, stage, m, res)
 	if err != nil {
+		_ = announced()
 		return 0, err
 	}
 	c.afterStore(stage, pauses, res, restored)
 	m.health = obs.Health
+	// The record that shows their resume is stored (or was already). An
+	// Event the API refused holds back neither this nor the mark: the
+	// announcement is retried on its own (see announce).
+	announceErr := announced()
+	if err := c.releasePauses(ctx, held); err != nil {
+		return 0, err
+	}
 	if reads != nil {
 		if err := c.markPass(ctx, key, stored, m, settings, now, reads); err != nil {
 			return 0, err
 		}
+	}
+	if announceErr != nil {
+		return 0, announceErr
 	}
 	statusCheck := c.checkStatus(stage, m, now)
 	if res.RequeueAfter > 0 {
@@ -104,8 +132,15 @@ func (c *Controller) markRetry(m *memo, now time.Time) time.Duration {
 }
 
 // step reads the record and the Stage's status and steps the machine.
-func (c *Controller) step(stage *kargo.Stage, m *memo, settings latch.Settings, pauses []*v1alpha1.StagePause, now time.Time) (latch.Result, latch.Observation) {
+func (c *Controller) step(stage *kargo.Stage, m *memo, settings latch.Settings, pauses, held []*v1alpha1.StagePause, now time.Time) (latch.Result, latch.Observation) {
 	obs := c.observe(stage, m, pauses)
+	for _, p := range held {
+		obs.Deleted = append(obs.Deleted, p.Name)
+	}
+	if _, recorded := stage.Annotations[StateAnnotation]; !recorded {
+		created := stage.CreationTimestamp.Time
+		obs.CreatedWithoutRecord = &created
+	}
 	return latch.Step(settings, c.priorRecord(stage, m), obs, now), obs
 }
 
@@ -117,6 +152,10 @@ func (c *Controller) observe(stage *kargo.Stage, m *memo, pauses []*v1alpha1.Sta
 	c.reportApps(stage, m, len(obs.Apps))
 	for _, p := range pauses {
 		obs.Pauses = append(obs.Pauses, p.Name)
+		if obs.PauseUIDs == nil {
+			obs.PauseUIDs = make(map[string]string, len(pauses))
+		}
+		obs.PauseUIDs[p.Name] = string(p.UID)
 	}
 	return obs
 }
@@ -140,6 +179,22 @@ var phaseNames = func() []string {
 	}
 	return names
 }()
+
+// leftAlone reports whether the Stage's record was written by a newer
+// kargo-latch (an upgrade rolled back, or two versions side by side): this
+// one then touches nothing of the Stage, and says so once.
+func (c *Controller) leftAlone(stage *kargo.Stage, m *memo) bool {
+	value := stage.Annotations[StateAnnotation]
+	var newer *latch.NewerVersionError
+	if _, err := latch.Decode(value); !errors.As(err, &newer) {
+		return false
+	}
+	if warnOnce(&m.badState, value) {
+		c.warn(stage, ReasonNewerState, "Leaving the Stage alone: its %s annotation was written by a newer kargo-latch (%v); run that version, or delete the annotation to start over", StateAnnotation, newer)
+		c.cfg.Metrics.InvalidInput.WithLabelValues(stage.Namespace, stage.Name, "state_version").Inc()
+	}
+	return true
+}
 
 // priorRecord decodes the Stage's record. Garbage is reported once and
 // treated as no record: the machine starts over from the Stage's status.
@@ -173,7 +228,8 @@ func (c *Controller) store(ctx context.Context, stage *kargo.Stage, m *memo, res
 	}
 	annotations := map[string]any{}
 	labels := map[string]any{}
-	if encoded := res.Record.Encode(); encoded != stage.Annotations[StateAnnotation] {
+	encoded := res.Record.Encode()
+	if encoded != stage.Annotations[StateAnnotation] {
 		annotations[StateAnnotation] = encoded
 	}
 	wantPaused := len(res.Record.Pauses) > 0
@@ -204,6 +260,9 @@ func (c *Controller) store(ctx context.Context, stage *kargo.Stage, m *memo, res
 	if err != nil {
 		return nil, false, err
 	}
+	// Until the cache shows this record, or whatever a failed write left,
+	// it may be behind the server.
+	m.writtenState = encoded
 	u, err := c.cfg.Dynamic.Resource(kargo.StagesResource).Namespace(stage.Namespace).
 		Patch(ctx, stage.Name, types.MergePatchType, patch, metav1.PatchOptions{FieldManager: FieldManager})
 	if err != nil {

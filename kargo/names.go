@@ -26,6 +26,10 @@ const (
 	AbortAnnotation = "kargo.akuity.io/abort"
 )
 
+// StageLabel is the label Kargo's webhook puts on every Promotion: the name
+// of its Stage.
+const StageLabel = "kargo.akuity.io/stage"
+
 // The values of status.health.status that Kargo defines. The CRD does not
 // enforce them, so anything else may appear and is read as Unknown.
 const (

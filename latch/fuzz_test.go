@@ -24,6 +24,9 @@ func observationsFrom(data []byte) (Settings, []Observation, []time.Duration) {
 	flags := next()
 	s.MarkVerified = flags&1 != 0
 	hasVerification := flags&2 != 0
+	if flags&4 != 0 {
+		s.NewFailureWindow = 5 * time.Minute
+	}
 	phases := []PromotionPhase{PromotionSucceeded, PromotionFailed, PromotionErrored, PromotionAborted, "Running", "Bogus"}
 	healths := []Health{HealthMissing, HealthHealthy, HealthNotApplicable, HealthProgressing, HealthUnknown, HealthUnhealthy}
 	verifications := []VerificationPhase{VerificationSuccessful, VerificationFailed, VerificationError, VerificationPending, VerificationRunning, "Inconclusive"}
@@ -46,6 +49,14 @@ func observationsFrom(data []byte) (Settings, []Observation, []time.Duration) {
 		}
 		if v&0x80 != 0 {
 			o.Pauses = []string{"pause-" + fmt.Sprint(v%3)}
+		}
+		if f&0x20 != 0 {
+			created := t0.Add(-time.Duration(dt) * time.Minute)
+			o.CreatedWithoutRecord = &created
+		}
+		if v&0x40 != 0 && f&0x40 != 0 {
+			// A failure's pause someone deleted, held for resume.
+			o.Deleted = []string{"s-promotionfailed-" + fmt.Sprint(v%2)}
 		}
 		if p%7 != 0 {
 			finished := time.Duration(p%5) * time.Minute
@@ -107,6 +118,20 @@ func checkInvariants(t *testing.T, s Settings, prior Record, o Observation, now 
 	}
 	if (len(prior.Pauses) == 0) != (len(r.Pauses) == 0) && !hasAction(res, ActionPaused) && !hasAction(res, ActionResumed) {
 		t.Fatalf("pauses went from %v to %v without a Paused or Resumed action", prior.Pauses, r.Pauses)
+	}
+	// Garbage, a removed record or a first install never pauses by itself.
+	if prior.IsZero() && o.CreatedWithoutRecord == nil && hasAction(res, ActionCreatePause) {
+		t.Fatalf("a Stage without a usable record was paused: %+v", res.Actions)
+	}
+	// A pause holds the latch deadline: a drain leaves Kargo health-blind.
+	if f, ok := actionOfKind(res, ActionFailed); ok && f.Reason == ReasonLatchDeadlineExceeded && len(prior.Pauses) > 0 {
+		t.Fatalf("the latch deadline failed a paused cycle: pauses %v", prior.Pauses)
+	}
+	// What paused the Stage is kept while it is paused, even once other
+	// pauses replace it, and forgotten on resume.
+	paused, becamePaused := actionOfKind(res, ActionPaused)
+	if (r.PausedBy != nil && len(r.Pauses) == 0) || (becamePaused && (r.PausedBy == nil || r.PausedBy.Name != paused.Pause)) {
+		t.Fatalf("pausedBy %+v with pauses %v (before %v), actions %+v", r.PausedBy, r.Pauses, prior.Pauses, res.Actions)
 	}
 
 	// The record survives its own encoding.

@@ -75,8 +75,20 @@ func (v *Verification) terminal() bool {
 type Observation struct {
 	// Stage is the Stage's name; it names the pauses the machine asks for.
 	Stage string
-	// Pauses names the StagePauses that cover the Stage now, sorted.
-	Pauses []string
+	// Pauses names the StagePauses that cover the Stage now, sorted, and
+	// PauseUIDs gives their UIDs by name.
+	Pauses    []string
+	PauseUIDs map[string]string
+	// CreatedWithoutRecord is when the Stage was created, given only when
+	// it carries no record annotation at all (not a garbage one, not a
+	// newer version's, not one someone removed from a Stage older than the
+	// NewFailureWindow): a Stage that may have been made and failed while no
+	// replica led.
+	CreatedWithoutRecord *time.Time
+	// Deleted names the pauses the operator made for this Stage's failures
+	// that someone has deleted and that the operator holds until the record
+	// shows the resume: they cover nothing, and are never made again.
+	Deleted []string
 	// LastPromotion is status.lastPromotion, nil when the Stage has none.
 	LastPromotion *Promotion
 	// PromotionRunning is true while status.currentPromotion is set.
@@ -152,4 +164,10 @@ type Settings struct {
 	// MarkVerified marks a latched cycle's Freight verified in the Stage,
 	// as Kargo does when it sees the Stage Healthy.
 	MarkVerified bool
+	// NewFailureWindow is how recent a Stage without any record, and its
+	// failed promotion, must be for the operator to act on the failure when
+	// it first sees the Stage: one created and failed while no replica led
+	// (a failover, an upgrade). Anything older is history (a first install),
+	// recorded only; so is any failure under a garbage record.
+	NewFailureWindow time.Duration
 }

@@ -66,7 +66,11 @@ type Record struct {
 	// AdoptedAt is set when the operator first saw this cycle after it had
 	// begun (a first install, or a lost record). Deadlines then count from
 	// here, so that nothing fails for time the operator did not watch.
-	AdoptedAt     *time.Time `json:"adoptedAt,omitempty"`
+	AdoptedAt *time.Time `json:"adoptedAt,omitempty"`
+	// ResumedAt is the last resume of a cycle not yet latched: the latch
+	// deadline holds while a pause covers the Stage (a drain leaves Kargo
+	// health-blind until the next promotion), and counts again from here.
+	ResumedAt     *time.Time `json:"resumedAt,omitempty"`
 	LatchedAt     *time.Time `json:"latchedAt,omitempty"`
 	DegradedSince *time.Time `json:"degradedSince,omitempty"`
 	Failure       *Failure   `json:"failure,omitempty"`
@@ -84,8 +88,11 @@ type Record struct {
 	// Stage: marked by kargo-latch, or found already verified.
 	Marked []string `json:"marked,omitempty"`
 
-	// Pauses names the StagePauses that cover the Stage now.
-	Pauses []string `json:"pauses,omitempty"`
+	// Pauses names the StagePauses that cover the Stage now, and PausedBy
+	// the one that made it paused (announced with ActionPaused); PausedBy is
+	// nil while the Stage is not paused.
+	Pauses   []string   `json:"pauses,omitempty"`
+	PausedBy *PauseMark `json:"pausedBy,omitempty"`
 
 	// ExaminedPromotion is the last lastPromotion name judged, and
 	// ExaminedVerification the last terminal verification ID judged, so that
@@ -141,10 +148,30 @@ func (r Record) Cycle() string { return r.FreightID + "/" + r.Promotion }
 // IsZero reports whether r is "no record".
 func (r Record) IsZero() bool { return r.Phase == "" }
 
+// RecordVersion is the version of the record this code writes. A record
+// without one is version 1. A newer record was written by a newer kargo-latch
+// (an upgrade rolled back, two versions side by side): this one leaves it
+// alone rather than take it for garbage and overwrite it.
+const RecordVersion = 1
+
+// versioned is how a record is encoded: its fields, and the version.
+type versioned struct {
+	Version int `json:"version"`
+	Record
+}
+
+// NewerVersionError is Decode's error for a record of a version newer than
+// RecordVersion.
+type NewerVersionError struct{ Version int }
+
+func (e *NewerVersionError) Error() string {
+	return fmt.Sprintf("state is a version %d record, newer than this kargo-latch knows (%d)", e.Version, RecordVersion)
+}
+
 // Encode returns the annotation value for r. The encoding is canonical, so
 // comparing encodings tells whether anything changed.
 func (r Record) Encode() string {
-	b, err := json.Marshal(r)
+	b, err := json.Marshal(versioned{Version: RecordVersion, Record: r})
 	if err != nil {
 		// Only strings, times and slices of them: this cannot fail.
 		panic(fmt.Sprintf("latch: encoding record: %v", err))
@@ -152,21 +179,31 @@ func (r Record) Encode() string {
 	return string(b)
 }
 
-// Decode parses an annotation value. An empty value is the zero Record. Any
-// value that is not a well-formed record is an error; callers treat it as no
-// record and start over from the Stage's status.
+// Decode parses an annotation value. An empty value is the zero Record. A
+// record of a newer version is a *NewerVersionError, to be left alone. Any
+// other value that is not a well-formed record is an error; callers treat it
+// as no record and start over from the Stage's status.
 func Decode(value string) (Record, error) {
-	var r Record
 	if value == "" {
-		return r, nil
+		return Record{}, nil
 	}
-	if err := json.Unmarshal([]byte(value), &r); err != nil {
+	var v versioned
+	if err := json.Unmarshal([]byte(value), &v); err != nil {
+		var head struct {
+			Version int `json:"version"`
+		}
+		if json.Unmarshal([]byte(value), &head) == nil && head.Version > RecordVersion {
+			return Record{}, &NewerVersionError{Version: head.Version}
+		}
 		return Record{}, fmt.Errorf("state is not a latch record: %w", err)
 	}
-	if err := r.validate(); err != nil {
+	if v.Version > RecordVersion {
+		return Record{}, &NewerVersionError{Version: v.Version}
+	}
+	if err := v.Record.validate(); err != nil {
 		return Record{}, err
 	}
-	return r, nil
+	return v.Record, nil
 }
 
 func (r *Record) validate() error {
@@ -213,5 +250,18 @@ func (r *Record) clone() Record {
 		f := *r.Failure
 		c.Failure = &f
 	}
+	if r.PausedBy != nil {
+		p := *r.PausedBy
+		c.PausedBy = &p
+	}
 	return c
+}
+
+// PauseMark names the StagePause that made a Stage paused, by name and UID
+// (a pause deleted and made again under its name is another pause), and
+// when the operator saw it take effect.
+type PauseMark struct {
+	Name string    `json:"name"`
+	UID  string    `json:"uid,omitempty"`
+	At   time.Time `json:"at"`
 }

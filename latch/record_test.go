@@ -1,6 +1,7 @@
 package latch
 
 import (
+	"errors"
 	"strings"
 	"testing"
 
@@ -21,6 +22,32 @@ func TestDecodeRoundTrip(t *testing.T) {
 			}
 			if diff := cmp.Diff(r, got); diff != "" {
 				t.Errorf("round trip mismatch (-want +got):\n%s", diff)
+			}
+		})
+	}
+}
+
+// Records carry their version. One without it (written before versions)
+// is version 1; one of a newer version is reported as such, not as garbage,
+// even when it has fields or phases this version does not know.
+func TestDecodeVersions(t *testing.T) {
+	if enc := latched().Encode(); !strings.HasPrefix(enc, `{"version":1,`) {
+		t.Errorf("encoded record does not start with its version: %.40s", enc)
+	}
+	unversioned := strings.Replace(latched().Encode(), `"version":1,`, "", 1)
+	if r, err := Decode(unversioned); err != nil || r.Phase != PhaseLatched {
+		t.Errorf("a record without a version: %+v, %v; want it read as version 1", r.Phase, err)
+	}
+	for name, value := range map[string]string{
+		"known shape":          strings.Replace(latched().Encode(), `"version":1,`, `"version":2,`, 1),
+		"unknown phase":        `{"version":2,"phase":"Hyperlatched","promotedAt":"2026-11-29T10:00:00Z"}`,
+		"unknown field shapes": `{"version":3,"phase":"Latched","pauses":{"a":1}}`,
+	} {
+		t.Run(name, func(t *testing.T) {
+			_, err := Decode(value)
+			var newer *NewerVersionError
+			if !errors.As(err, &newer) || newer.Version < 2 {
+				t.Errorf("Decode = %v; want a NewerVersionError", err)
 			}
 		})
 	}

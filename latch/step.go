@@ -16,7 +16,9 @@ import (
 // A zero prior ("no record": a Stage never seen, or a record that was
 // garbage) is a baseline. The machine records what it sees, counts
 // deadlines from now, and reports no failure that happened before it looked,
-// so that a first install or a lost record never pauses anything by itself.
+// so that a first install or a lost record never pauses anything by itself
+// (a Stage made, and failed, within the NewFailureWindow while no replica
+// led is not a first install: see newFailure).
 func Step(s Settings, prior Record, obs Observation, now time.Time) Result {
 	m := machine{settings: s, obs: obs, now: now}
 	if prior.IsZero() {
@@ -28,7 +30,7 @@ func Step(s Settings, prior Record, obs Observation, now time.Time) Result {
 	}
 	m.judgeHealth()
 	m.checkDeadlines()
-	m.trackPauses(prior.Pauses)
+	m.trackPauses(prior)
 	m.markVerified(prior)
 	return Result{Record: m.rec, Actions: m.actions, RequeueAfter: m.requeueAfter()}
 }
@@ -71,12 +73,24 @@ func (m *machine) baseline() {
 		m.rec.AdoptedAt = &adopted
 	}
 	// A failure that is already on the Stage when the operator first looks
-	// is recorded, but it is not acted on: nobody saw it happen.
-	if reason, msg, ok := m.promotionFailure(m.obs.LastPromotion); ok {
+	// is recorded, but it is not acted on: nobody saw it happen. Unless the
+	// promotion failed just now: the Stage was made and failed while no
+	// replica led, and that failure is as new as any.
+	if reason, msg, ok := m.promotionFailure(m.obs.LastPromotion); ok && m.newFailure(m.obs.LastPromotion) {
+		m.fail(reason, msg)
+	} else if ok {
 		m.markFailed(reason, msg+" (before kargo-latch watched this Stage)")
 	} else if reason, msg, ok := verificationFailure(m.obs.Verification); ok {
 		m.markFailed(reason, msg+" (before kargo-latch watched this Stage)")
 	}
+}
+
+// newFailure reports whether a failed promotion found on a Stage without a
+// record is new: the Stage was created, and the promotion finished, within
+// the NewFailureWindow.
+func (m *machine) newFailure(lp *Promotion) bool {
+	w, created := m.settings.NewFailureWindow, m.obs.CreatedWithoutRecord
+	return w > 0 && created != nil && m.now.Sub(*created) <= w && lp.FinishedAt != nil && m.now.Sub(*lp.FinishedAt) <= w
 }
 
 // examinePromotion starts a cycle on every new successful promotion and
@@ -276,6 +290,13 @@ func (m *machine) latch(by string) {
 func (m *machine) checkDeadlines() {
 	switch m.rec.Phase {
 	case PhasePromoted:
+		// Paused (as recorded before this observation: a pause this very
+		// failure makes must not undo it), or resumed by this observation:
+		// the deadline holds, and counts again from the resume (see
+		// trackPauses).
+		if len(m.rec.Pauses) > 0 {
+			return
+		}
 		if d := m.settings.LatchDeadline; d > 0 && !m.now.Before(m.deadlineBase().Add(d)) {
 			m.fail(ReasonLatchDeadlineExceeded, fmt.Sprintf("Stage was not Healthy within %s of %s", d, m.cycleName()))
 		}
@@ -289,7 +310,7 @@ func (m *machine) checkDeadlines() {
 func (m *machine) requeueAfter() time.Duration {
 	switch m.rec.Phase {
 	case PhasePromoted:
-		if d := m.settings.LatchDeadline; d > 0 {
+		if d := m.settings.LatchDeadline; d > 0 && len(m.rec.Pauses) == 0 {
 			return m.deadlineBase().Add(d).Sub(m.now)
 		}
 	case PhaseDegraded:
@@ -303,12 +324,16 @@ func (m *machine) requeueAfter() time.Duration {
 func (m *machine) grace() time.Duration { return max(0, m.settings.DegradedGrace) }
 
 // deadlineBase is when the latch deadline started counting: the promotion,
-// or the moment the operator adopted a cycle it had not seen begin.
+// or the moment the operator adopted a cycle it had not seen begin, or the
+// last resume.
 func (m *machine) deadlineBase() time.Time {
-	if m.rec.AdoptedAt != nil {
-		return *m.rec.AdoptedAt
+	base := *m.rec.PromotedAt
+	for _, t := range []*time.Time{m.rec.AdoptedAt, m.rec.ResumedAt} {
+		if t != nil && t.After(base) {
+			base = *t
+		}
 	}
-	return *m.rec.PromotedAt
+	return base
 }
 
 func (m *machine) startCycle(lp *Promotion) {
@@ -330,7 +355,7 @@ func (m *machine) beginCycle(lp *Promotion) {
 		}
 	}
 	r.PromotedAt = &at
-	r.AdoptedAt, r.LatchedAt, r.DegradedSince, r.Failure, r.Verification = nil, nil, nil, nil, nil
+	r.AdoptedAt, r.ResumedAt, r.LatchedAt, r.DegradedSince, r.Failure, r.Verification = nil, nil, nil, nil, nil, nil
 	r.LatchedBy, r.AppsHealthy, r.AppsRecovered, r.Marked = "", nil, nil, nil
 }
 
@@ -448,17 +473,31 @@ func (m *machine) pauseName(reason FailureReason) string {
 }
 
 // trackPauses mirrors the covering pauses into the record, and reports the
-// Stage becoming paused or resumed.
-func (m *machine) trackPauses(before []string) {
+// Stage becoming paused or resumed. A deleted pause the record has never
+// seen (the store that would have named it failed, then someone deleted it)
+// covered the Stage all the same: its deletion is a resume too.
+func (m *machine) trackPauses(prior Record) {
+	unrecorded := slices.ContainsFunc(m.obs.Deleted, func(d string) bool {
+		return !slices.Contains(prior.Pauses, d) && (prior.Failure == nil || prior.Failure.Pause != d)
+	})
 	m.rec.Pauses = nil
 	if len(m.obs.Pauses) > 0 {
 		m.rec.Pauses = append([]string(nil), m.obs.Pauses...)
 	}
 	switch {
-	case len(before) == 0 && len(m.rec.Pauses) > 0:
+	case len(prior.Pauses) == 0 && len(m.rec.Pauses) > 0:
+		by := m.rec.Pauses[0]
+		m.rec.PausedBy = &PauseMark{Name: by, UID: m.obs.PauseUIDs[by], At: m.now}
 		m.act(Action{Kind: ActionPaused, Pause: m.rec.Pauses[0], Message: "paused by StagePause " + m.rec.Pauses[0]})
-	case len(before) > 0 && len(m.rec.Pauses) == 0:
+	case (len(prior.Pauses) > 0 || unrecorded) && len(m.rec.Pauses) == 0:
 		m.act(Action{Kind: ActionResumed, Message: "the last StagePause covering the Stage is gone"})
+		if m.rec.Phase == PhasePromoted {
+			now := m.now
+			m.rec.ResumedAt = &now
+		}
+	}
+	if len(m.rec.Pauses) == 0 {
+		m.rec.PausedBy = nil
 	}
 }
 

@@ -433,20 +433,116 @@ func TestStep(t *testing.T) {
 				},
 			},
 		},
+		"a failure's pause deleted before its record was stored is a resume": {
+			settings: Settings{LatchDeadline: minutes(30), DegradedGrace: minutes(5), PauseOnFailure: true},
+			prior:    degraded(minutes(3)),
+			obs: with(stageAfterP1(HealthUnhealthy), func(o *Observation) {
+				o.Stage, o.Deleted = "prod", []string{"prod-degraded-42a3aacd"}
+			}),
+			now: at(minutes(8)),
+			want: Result{
+				Record: func() Record {
+					r := failedAt(degraded(minutes(3)), minutes(8), ReasonDegraded, "Stage health stayed Unhealthy for 5m0s after the latch")
+					r.Failure.Pause = "prod-degraded-42a3aacd"
+					return r
+				}(),
+				Actions: []Action{
+					{Kind: ActionFailed, Reason: ReasonDegraded, Message: "Stage health stayed Unhealthy for 5m0s after the latch"},
+					{Kind: ActionCreatePause, Reason: ReasonDegraded, Message: "Stage health stayed Unhealthy for 5m0s after the latch", Pause: "prod-degraded-42a3aacd"},
+					{Kind: ActionResumed, Message: "the last StagePause covering the Stage is gone"},
+				},
+			},
+		},
+		"a deleted pause whose resume is recorded resumes nothing again": {
+			settings: Settings{LatchDeadline: minutes(30), DegradedGrace: minutes(5), PauseOnFailure: true},
+			prior: func() Record {
+				r := failedAt(degraded(minutes(3)), minutes(8), ReasonDegraded, "x")
+				r.Failure.Pause = "prod-degraded-42a3aacd"
+				return r
+			}(),
+			obs: with(stageAfterP1(HealthUnhealthy), func(o *Observation) {
+				o.Stage, o.Deleted = "prod", []string{"prod-degraded-42a3aacd"}
+			}),
+			now: at(minutes(9)),
+			want: Result{Record: func() Record {
+				r := failedAt(degraded(minutes(3)), minutes(8), ReasonDegraded, "x")
+				r.Failure.Pause = "prod-degraded-42a3aacd"
+				return r
+			}()},
+		},
+		"a paused cycle not yet latched does not fail its deadline while Kargo is health-blind": {
+			// The drain aborted the Pending auto-promotion: Kargo makes it
+			// lastPromotion and stops judging health.
+			prior: func() Record { r := promoted(); r.Pauses = []string{"p"}; return r }(),
+			obs: Observation{LastPromotion: promo("p2", PromotionAborted, minutes(1)), FreightID: "F1", Freight: "f-p1",
+				Health: HealthUnknown, Pauses: []string{"p"}},
+			now:  at(minutes(45)),
+			want: Result{Record: func() Record { r := promoted(); r.Pauses, r.ExaminedPromotion = []string{"p"}, "p2"; return r }()},
+		},
+		"a resume restarts the latch deadline of a cycle not yet latched": {
+			prior: func() Record { r := promoted(); r.Pauses, r.ExaminedPromotion = []string{"p"}, "p2"; return r }(),
+			obs: Observation{LastPromotion: promo("p2", PromotionAborted, minutes(1)), FreightID: "F1", Freight: "f-p1",
+				Health: HealthUnknown},
+			now: at(minutes(45)),
+			want: Result{
+				Record:       func() Record { r := promoted(); r.ExaminedPromotion, r.ResumedAt = "p2", ptr(minutes(45)); return r }(),
+				Actions:      []Action{{Kind: ActionResumed, Message: "the last StagePause covering the Stage is gone"}},
+				RequeueAfter: minutes(30),
+			},
+		},
+		"the latch deadline counts from the resume": {
+			prior: func() Record { r := promoted(); r.ExaminedPromotion, r.ResumedAt = "p2", ptr(minutes(45)); return r }(),
+			obs: Observation{LastPromotion: promo("p2", PromotionAborted, minutes(1)), FreightID: "F1", Freight: "f-p1",
+				Health: HealthUnknown},
+			now: at(minutes(75)),
+			want: Result{
+				Record: func() Record {
+					r := promoted()
+					r.ExaminedPromotion, r.ResumedAt = "p2", ptr(minutes(45))
+					return failedAt(r, minutes(75), ReasonLatchDeadlineExceeded, "Stage was not Healthy within 30m0s of promotion p1")
+				}(),
+				Actions: []Action{{Kind: ActionFailed, Reason: ReasonLatchDeadlineExceeded, Message: "Stage was not Healthy within 30m0s of promotion p1"}},
+			},
+		},
 		"a pause appearing pauses the Stage": {
 			prior: latched(),
 			obs:   with(stageAfterP1(HealthHealthy), func(o *Observation) { o.Pauses = []string{"a", "b"} }),
 			now:   at(minutes(4)),
 			want: Result{
-				Record:  func() Record { r := latched(); r.Pauses = []string{"a", "b"}; return r }(),
+				Record: func() Record {
+					r := latched()
+					r.Pauses, r.PausedBy = []string{"a", "b"}, &PauseMark{Name: "a", At: at(minutes(4))}
+					return r
+				}(),
 				Actions: []Action{{Kind: ActionPaused, Pause: "a", Message: "paused by StagePause a"}},
 			},
 		},
-		"one of two pauses going keeps the Stage paused": {
-			prior: func() Record { r := latched(); r.Pauses = []string{"a", "b"}; return r }(),
-			obs:   with(stageAfterP1(HealthHealthy), func(o *Observation) { o.Pauses = []string{"b"} }),
-			now:   at(minutes(4)),
-			want:  Result{Record: func() Record { r := latched(); r.Pauses = []string{"b"}; return r }()},
+		"one of two pauses going keeps the Stage paused, and what paused it": {
+			prior: func() Record {
+				r := latched()
+				r.Pauses, r.PausedBy = []string{"a", "b"}, &PauseMark{Name: "a", At: at(minutes(3))}
+				return r
+			}(),
+			obs: with(stageAfterP1(HealthHealthy), func(o *Observation) { o.Pauses = []string{"b"} }),
+			now: at(minutes(4)),
+			want: Result{Record: func() Record {
+				r := latched()
+				r.Pauses, r.PausedBy = []string{"b"}, &PauseMark{Name: "a", At: at(minutes(3))}
+				return r
+			}()},
+		},
+		"the last pause going forgets what paused the Stage": {
+			prior: func() Record {
+				r := latched()
+				r.Pauses, r.PausedBy = []string{"b"}, &PauseMark{Name: "a", At: at(minutes(3))}
+				return r
+			}(),
+			obs: stageAfterP1(HealthHealthy),
+			now: at(minutes(4)),
+			want: Result{
+				Record:  latched(),
+				Actions: []Action{{Kind: ActionResumed, Message: "the last StagePause covering the Stage is gone"}},
+			},
 		},
 		"the last pause going resumes the Stage": {
 			prior: func() Record { r := latched(); r.Pauses = []string{"b"}; return r }(),
@@ -561,5 +657,64 @@ func TestLongVerificationMessageStillFails(t *testing.T) {
 	}
 	if m := rec.Failure.Message; len(m) > MaxMessage || !strings.HasSuffix(m, "(truncated)") {
 		t.Errorf("failure message is %d bytes, ends %q", len(m), m[max(0, len(m)-20):])
+	}
+}
+
+// The operator makes a failure's pause, then steps again with it covering
+// the Stage: that pause must not hold the deadline whose failure made it.
+func TestAFailurePauseDoesNotHoldItsOwnDeadline(t *testing.T) {
+	s := Settings{LatchDeadline: minutes(30), PauseOnFailure: true}
+	obs := with(stageAfterP1(HealthProgressing), func(o *Observation) { o.Stage = "prod" })
+	first := Step(s, promoted(), obs, at(minutes(30)))
+	if !hasAction(first, ActionCreatePause) {
+		t.Fatalf("no pause asked for at the deadline: %+v", first.Actions)
+	}
+	name := first.Record.Failure.Pause
+	second := Step(s, promoted(), with(obs, func(o *Observation) { o.Pauses = []string{name} }), at(minutes(30)))
+	if second.Record.Phase != PhaseFailed || second.Record.Failure.Pause != name || !hasAction(second, ActionPaused) {
+		t.Errorf("with its own pause: phase %s, failure %+v, actions %+v; want Failed, paused by %s", second.Record.Phase, second.Record.Failure, second.Actions, name)
+	}
+}
+
+// A Stage without a record whose promotion failed a moment ago was made and
+// failed while no replica led: the failure is acted on. One that failed
+// days ago (a first install) is only recorded.
+func TestRecordlessStageFailures(t *testing.T) {
+	s := Settings{LatchDeadline: minutes(30), PauseOnFailure: true, NewFailureWindow: minutes(15)}
+	obs := Observation{Stage: "prod", LastPromotion: promo("p1", PromotionFailed, 0), Health: HealthUnknown, CreatedWithoutRecord: ptr(0)}
+	for name, tc := range map[string]struct {
+		now   time.Time
+		pause bool
+	}{
+		"failed a moment ago":              {at(minutes(1)), true},
+		"failed at the edge of the window": {at(minutes(15)), true},
+		"failed a moment from now (skew)":  {at(-time.Second), true},
+		"failed days ago":                  {at(72 * time.Hour), false},
+	} {
+		t.Run(name, func(t *testing.T) {
+			res := Step(s, Record{}, obs, tc.now)
+			if res.Record.Phase != PhaseFailed || res.Record.Failure.Reason != ReasonPromotionFailed {
+				t.Fatalf("phase %s, failure %+v; want Failed with PromotionFailed", res.Record.Phase, res.Record.Failure)
+			}
+			if got := hasAction(res, ActionCreatePause); got != tc.pause {
+				t.Errorf("asked for a pause: %v, want %v (actions %+v)", got, tc.pause, res.Actions)
+			}
+			again := Step(s, res.Record, obs, tc.now.Add(time.Minute))
+			if len(again.Actions) != 0 {
+				t.Errorf("judged twice: %+v", again.Actions)
+			}
+		})
+	}
+	for name, o := range map[string]Observation{
+		"garbage or removed record": with(obs, func(o *Observation) { o.CreatedWithoutRecord = nil }),
+		"old Stage":                 with(obs, func(o *Observation) { o.CreatedWithoutRecord = ptr(-time.Hour) }),
+	} {
+		if res := Step(s, Record{}, o, at(time.Second)); hasAction(res, ActionFailed) {
+			t.Errorf("%s: a recent failure was acted on: %+v", name, res.Actions)
+		}
+	}
+	s.NewFailureWindow = 0
+	if res := Step(s, Record{}, obs, at(time.Second)); hasAction(res, ActionFailed) {
+		t.Errorf("with no window, a record-less Stage's failure was acted on: %+v", res.Actions)
 	}
 }

@@ -5,7 +5,6 @@ package metrics
 
 import (
 	"runtime"
-	"sync"
 
 	"github.com/prometheus/client_golang/prometheus"
 )
@@ -15,23 +14,24 @@ const Namespace = "kargo_latch"
 
 // Recorder holds kargo-latch's metrics.
 type Recorder struct {
-	StagePaused        *prometheus.GaugeVec
 	PausesTotal        *prometheus.CounterVec
 	ResumesTotal       *prometheus.CounterVec
-	StagePhase         *prometheus.GaugeVec
 	FailuresTotal      *prometheus.CounterVec
 	ProgressingIgnored *prometheus.CounterVec
 	InvalidConfig      *prometheus.CounterVec
 	InvalidInput       *prometheus.CounterVec
 	FreightVerified    *prometheus.CounterVec
 	MarkVerifiedErrors *prometheus.CounterVec
+	GateBypassed       *prometheus.CounterVec
 	ReconcileErrors    prometheus.Counter
+	WriteConflicts     prometheus.Counter
+	CacheSynced        prometheus.Gauge
 	ReconcileDuration  prometheus.Histogram
 	TimeToLatch        prometheus.Histogram
 	BuildInfo          *prometheus.GaugeVec
 
-	mu           sync.Mutex
-	pausedReason map[[2]string]string // project/stage → reason of its paused series
+	// stages exports stage_paused and stage_phase (see ObserveStages).
+	stages *stageGauges
 }
 
 // Label names.
@@ -48,10 +48,6 @@ var stageLabels = []string{LabelProject, LabelStage}
 // New creates the metrics and registers them on reg.
 func New(reg prometheus.Registerer, version string) *Recorder {
 	r := &Recorder{
-		StagePaused: prometheus.NewGaugeVec(prometheus.GaugeOpts{
-			Namespace: Namespace, Name: "stage_paused",
-			Help: "1 while a StagePause covers the Stage; reason is the first covering pause's.",
-		}, []string{LabelProject, LabelStage, LabelReason}),
 		PausesTotal: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: Namespace, Name: "pauses_total",
 			Help: "Times a Stage became paused, by the reason of the pause that paused it.",
@@ -60,10 +56,6 @@ func New(reg prometheus.Registerer, version string) *Recorder {
 			Namespace: Namespace, Name: "resumes_total",
 			Help: "Times a Stage was resumed: the last StagePause covering it was deleted.",
 		}, stageLabels),
-		StagePhase: prometheus.NewGaugeVec(prometheus.GaugeOpts{
-			Namespace: Namespace, Name: "stage_phase",
-			Help: "Latch phase of each Stage: 1 for the current phase, 0 for the others.",
-		}, []string{LabelProject, LabelStage, LabelPhase}),
 		FailuresTotal: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: Namespace, Name: "failures_total",
 			Help: "Latch cycles that failed, by reason.",
@@ -88,9 +80,21 @@ func New(reg prometheus.Registerer, version string) *Recorder {
 			Namespace: Namespace, Name: "mark_verified_errors_total",
 			Help: "Tries to mark Freight verified that were refused: the operator lacks the mark-verified rights.",
 		}, stageLabels),
+		GateBypassed: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: Namespace, Name: "gate_bypassed_total",
+			Help: "Auto-promotions created while a StagePause covered their Stage: the pause gate did not stop them (counted once per Promotion, by the replica that made its GateBypassed Event).",
+		}, stageLabels),
 		ReconcileErrors: prometheus.NewCounter(prometheus.CounterOpts{
 			Namespace: Namespace, Name: "reconcile_errors_total",
-			Help: "Stage syncs that failed and were retried or dropped.",
+			Help: "Syncs that failed and were retried or dropped; write conflicts are not counted here.",
+		}),
+		WriteConflicts: prometheus.NewCounter(prometheus.CounterOpts{
+			Namespace: Namespace, Name: "write_conflicts_total",
+			Help: "Syncs retried because a resourceVersion-guarded write conflicted with another writer (Kargo's status writes, by design); not errors.",
+		}),
+		CacheSynced: prometheus.NewGauge(prometheus.GaugeOpts{
+			Namespace: Namespace, Name: "cache_synced",
+			Help: "1 once every informer cache has synced; 0 while one cannot list (a missing CRD or RBAC right: see the log and /readyz).",
 		}),
 		ReconcileDuration: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Namespace: Namespace, Name: "reconcile_duration_seconds",
@@ -106,53 +110,22 @@ func New(reg prometheus.Registerer, version string) *Recorder {
 			Namespace: Namespace, Name: "build_info",
 			Help: "Always 1; labels tell the version and the Go version kargo-latch was built with.",
 		}, []string{"version", "goversion"}),
-		pausedReason: map[[2]string]string{},
+		stages: newStageGauges(),
 	}
-	reg.MustRegister(r.StagePaused, r.PausesTotal, r.ResumesTotal, r.StagePhase, r.FailuresTotal, r.ProgressingIgnored, r.InvalidConfig, r.InvalidInput,
-		r.FreightVerified, r.MarkVerifiedErrors, r.ReconcileErrors, r.ReconcileDuration, r.TimeToLatch, r.BuildInfo)
+	reg.MustRegister(r.stages, r.PausesTotal, r.ResumesTotal, r.FailuresTotal, r.ProgressingIgnored, r.InvalidConfig, r.InvalidInput,
+		r.FreightVerified, r.MarkVerifiedErrors, r.GateBypassed, r.ReconcileErrors, r.WriteConflicts, r.CacheSynced, r.ReconcileDuration, r.TimeToLatch, r.BuildInfo)
 	r.BuildInfo.WithLabelValues(version, runtime.Version()).Set(1)
 	return r
 }
 
-// SetPhase makes the phase gauge of one Stage one-hot on phase.
-func (r *Recorder) SetPhase(project, stage, phase string, all []string) {
-	for _, p := range all {
-		v := 0.0
-		if p == phase {
-			v = 1
-		}
-		r.StagePhase.WithLabelValues(project, stage, p).Set(v)
-	}
-}
-
-// ForgetStage removes every series of a deleted Stage.
+// ForgetStage removes the counters of a deleted Stage. Its gauges go by
+// themselves: they are read from the caches, which no longer hold it.
 func (r *Recorder) ForgetStage(project, stage string) {
-	r.mu.Lock()
-	delete(r.pausedReason, [2]string{project, stage})
-	r.mu.Unlock()
 	l := prometheus.Labels{LabelProject: project, LabelStage: stage}
 	for _, v := range []interface{ DeletePartialMatch(prometheus.Labels) int }{
-		r.StagePaused, r.PausesTotal, r.ResumesTotal, r.StagePhase, r.FailuresTotal, r.ProgressingIgnored, r.InvalidConfig, r.InvalidInput,
-		r.FreightVerified, r.MarkVerifiedErrors,
+		r.PausesTotal, r.ResumesTotal, r.FailuresTotal, r.ProgressingIgnored, r.InvalidConfig, r.InvalidInput,
+		r.FreightVerified, r.MarkVerifiedErrors, r.GateBypassed,
 	} {
 		v.DeletePartialMatch(l)
-	}
-}
-
-// SetPaused sets the paused gauge of one Stage: 1 with reason while paused,
-// no series while not. The series is never removed and re-added while the
-// Stage stays paused, so an alert on it cannot flicker.
-func (r *Recorder) SetPaused(project, stage, reason string, paused bool) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	key := [2]string{project, stage}
-	prev, had := r.pausedReason[key]
-	if had && (!paused || prev != reason) {
-		r.StagePaused.DeleteLabelValues(project, stage, prev)
-		delete(r.pausedReason, key)
-	}
-	if paused {
-		r.StagePaused.WithLabelValues(project, stage, reason).Set(1)
-		r.pausedReason[key] = reason
 	}
 }

@@ -58,7 +58,9 @@ type Worker struct {
 }
 
 // Run starts n workers and blocks until ctx is done, then shuts the queue
-// down and waits for the workers to finish their current keys.
+// down and waits for the workers to finish their current keys. Keys still
+// queued then are left: a queue lives for one leadership term, and the next
+// term starts from every cached object.
 func (w *Worker) Run(ctx context.Context, n int) {
 	var wg sync.WaitGroup
 	for range n {
@@ -78,9 +80,19 @@ func (w *Worker) processNext(ctx context.Context) bool {
 		return false
 	}
 	defer w.Queue.Done(key)
+	// A shut-down queue still hands out what it holds; a worker that is
+	// told to stop must not start another sync (its writes would race the
+	// next leader's).
+	if ctx.Err() != nil {
+		return false
+	}
 
 	after, err := w.syncSafely(ctx, key)
 	switch {
+	case ctx.Err() != nil:
+		// Stopped mid-sync: the error, if any, is the cancellation's, not
+		// the key's.
+		return false
 	case err == nil:
 		w.Queue.Forget(key)
 		if after > 0 {

@@ -101,3 +101,51 @@ func TestRequeueAfterAndPanicRecovery(t *testing.T) {
 	w.Queue.Add(key)
 	waitFor(t, rec.done, key)
 }
+
+// TestStopStartsNoSyncAndReportsNoCancellation: once told to stop, a worker
+// finishes the sync in hand and starts no other, although the queue still
+// holds keys, and the error of a sync cut short by the stop is not the
+// key's error.
+func TestStopStartsNoSyncAndReportsNoCancellation(t *testing.T) {
+	var mu sync.Mutex
+	var synced []cache.ObjectName
+	var errs []error
+	started := make(chan struct{})
+	w := &Worker{
+		Queue:      New("", nil, clock.RealClock{}),
+		MaxRetries: 5,
+		Sync: func(ctx context.Context, k cache.ObjectName) (time.Duration, error) {
+			mu.Lock()
+			synced = append(synced, k)
+			mu.Unlock()
+			if k.Name == "in-flight" {
+				close(started)
+				<-ctx.Done()
+				return 0, ctx.Err()
+			}
+			return 0, nil
+		},
+		OnError: func(_ cache.ObjectName, err error) { mu.Lock(); errs = append(errs, err); mu.Unlock() },
+	}
+	for _, name := range []string{"in-flight", "queued-1", "queued-2"} {
+		w.Queue.Add(cache.NewObjectName("ns", name))
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	stopped := make(chan struct{})
+	go func() { w.Run(ctx, 1); close(stopped) }()
+	<-started
+	cancel()
+	<-stopped
+
+	mu.Lock()
+	defer mu.Unlock()
+	if len(synced) != 1 {
+		t.Errorf("synced %v after the stop, want only the key in flight", synced)
+	}
+	if len(errs) != 0 {
+		t.Errorf("OnError saw %v, want nothing: the stop is not the key's error", errs)
+	}
+	if n := w.Queue.Len(); n != 2 {
+		t.Errorf("%d keys left in the queue, want the 2 never started", n)
+	}
+}

@@ -4,6 +4,8 @@
 package v1alpha1
 
 import (
+	"slices"
+
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
@@ -30,6 +32,20 @@ const (
 	StageLabel  = "kargo-latch.io/stage"
 	ReasonLabel = "kargo-latch.io/reason"
 )
+
+// ResumeFinalizer is on every StagePause the operator makes for a failure.
+// Deleting such a pause resumes at once (a pause being deleted covers
+// nothing, for the gate as for the operator), but the object stays until the
+// operator has stored the record that shows the resume: a failure judged
+// again after a store that failed, or after a crash, then finds its pause
+// there, being deleted, instead of making it again. A resume is never undone.
+const ResumeFinalizer = "kargo-latch.io/resume"
+
+// HeldForResume reports whether p is an operator-made pause that someone
+// deleted and that the operator still holds until the resume is recorded.
+func (p *StagePause) HeldForResume() bool {
+	return p.DeletionTimestamp != nil && slices.Contains(p.Finalizers, ResumeFinalizer)
+}
 
 // StagePause pauses a Stage, or every Stage of its project, while it
 // exists. Deleting it resumes.

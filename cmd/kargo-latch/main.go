@@ -16,8 +16,6 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
-	"k8s.io/client-go/dynamic"
-	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/klog/v2"
@@ -40,8 +38,9 @@ type options struct {
 	defaults   latch.Settings
 	dryRun     bool
 
-	metricsAddr string
-	probeAddr   string
+	metricsAddr      string
+	probeAddr        string
+	cacheSyncTimeout time.Duration
 
 	leaderElect bool
 	leaderNS    string
@@ -83,7 +82,7 @@ func parseFlags(args []string) (*options, error) {
 	o := &options{}
 	fs.StringVar(&o.kubeconfig, "kubeconfig", "", "Path to a kubeconfig; in-cluster configuration when empty.")
 	fs.Var(&o.namespaces, "namespace", "A Kargo project namespace to watch (repeatable); all namespaces when none is given.")
-	fs.IntVar(&o.workers, "workers", 8, "Stages synced in parallel; 8 lets a project-wide pause of 500 Stages take effect within 2s.")
+	fs.IntVar(&o.workers, "workers", 8, "Stages synced in parallel: a project-wide pause labels its Stages this many at a time.")
 	// A project-wide pause of 500 Stages costs about 500 patches at once;
 	// these defaults let it take effect within 2s (docs/performance.md).
 	// The API server's priority and fairness still protects it.
@@ -94,9 +93,11 @@ func parseFlags(args []string) (*options, error) {
 	fs.DurationVar(&o.defaults.DegradedGrace, "degraded-grace", 5*time.Minute, "Default of kargo-latch.io/degraded-grace: how long a latched Stage may be Unhealthy or Unknown.")
 	fs.BoolVar(&o.defaults.DrainOnPause, "drain-on-pause", true, "Default of kargo-latch.io/drain-on-pause: abort queued auto-promotions when a Stage is paused.")
 	fs.BoolVar(&o.defaults.MarkVerified, "mark-verified", false, "Default of kargo-latch.io/mark-verified: when a cycle latches, mark its Freight verified in the Stage so that it flows downstream (needs the mark-verified rights).")
-	fs.BoolVar(&o.dryRun, "dry-run", false, "Decide and report (Events, metrics, logs) but write nothing to Kargo objects.")
+	fs.DurationVar(&o.defaults.NewFailureWindow, "new-failure-window", 15*time.Minute, "A Stage first seen without a record (made while no replica led: a failover, an upgrade) whose promotion failed this recently is judged as failing now; older failures (a first install) are only recorded. 0 judges none.")
+	fs.BoolVar(&o.dryRun, "dry-run", false, "Decide and report (Events, metrics, logs) but write nothing to Kargo objects. Its Lease is kargo-latch-dry-run unless --leader-election-id is given, so that it never takes the real operator's.")
 	fs.StringVar(&o.metricsAddr, "metrics-bind-address", ":8080", "Address serving /metrics; 0 turns it off.")
 	fs.StringVar(&o.probeAddr, "health-probe-bind-address", ":8081", "Address serving /healthz and /readyz; 0 turns it off.")
+	fs.DurationVar(&o.cacheSyncTimeout, "cache-sync-timeout", 2*time.Minute, "How long to wait for the informer caches at start before giving up on a reported list or watch error (a missing CRD or RBAC right): the process exits non-zero with the reason, so that the Pod crash-loops visibly. Slow caches with no error are waited for. 0 waits forever.")
 	fs.BoolVar(&o.leaderElect, "leader-elect", false, "Elect a leader among replicas with a Lease; only the leader reconciles.")
 	fs.StringVar(&o.leaderNS, "leader-election-namespace", "", "Namespace of the Lease; the Pod's own namespace when empty (kargo-latch outside a Pod).")
 	fs.StringVar(&o.leaderID, "leader-election-id", "kargo-latch", "Name of the Lease.")
@@ -107,8 +108,14 @@ func parseFlags(args []string) (*options, error) {
 	if fs.NArg() > 0 {
 		return nil, fmt.Errorf("unexpected arguments: %s", strings.Join(fs.Args(), " "))
 	}
-	if o.defaults.LatchDeadline < 0 || o.defaults.DegradedGrace < 0 {
-		return nil, errors.New("--latch-deadline and --degraded-grace must not be negative")
+	if o.dryRun && !flagSet(fs, "leader-election-id") {
+		o.leaderID = dryRunLeaseName
+	}
+	if o.defaults.LatchDeadline < 0 || o.defaults.DegradedGrace < 0 || o.defaults.NewFailureWindow < 0 {
+		return nil, errors.New("--latch-deadline, --degraded-grace and --new-failure-window must not be negative")
+	}
+	if o.cacheSyncTimeout < 0 {
+		return nil, errors.New("--cache-sync-timeout must not be negative")
 	}
 	if o.workers < 1 {
 		return nil, errors.New("--workers must be at least 1")
@@ -124,25 +131,22 @@ func run(ctx context.Context, o *options) error {
 	cfg.QPS, cfg.Burst = float32(o.qps), o.burst
 	cfg.UserAgent = "kargo-latch/" + version
 
-	dyn, err := dynamic.NewForConfig(cfg)
-	if err != nil {
-		return err
-	}
-	kube, err := kubernetes.NewForConfig(cfg)
+	cl, err := newClients(cfg)
 	if err != nil {
 		return err
 	}
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	c, err := controller.New(controller.Config{
-		Dynamic:      dyn,
-		Kube:         kube,
-		Namespaces:   o.namespaces,
-		Defaults:     o.defaults,
-		Workers:      o.workers,
-		DryRun:       o.dryRun,
-		Metrics:      metrics.New(reg, version),
-		QueueMetrics: metrics.NewWorkqueueProvider(reg),
+		Dynamic:          cl.dynamic,
+		Kube:             cl.kube,
+		Namespaces:       o.namespaces,
+		Defaults:         o.defaults,
+		Workers:          o.workers,
+		DryRun:           o.dryRun,
+		Metrics:          metrics.New(reg, version),
+		QueueMetrics:     metrics.NewWorkqueueProvider(reg),
+		CacheSyncTimeout: o.cacheSyncTimeout,
 	})
 	if err != nil {
 		return err
@@ -151,8 +155,9 @@ func run(ctx context.Context, o *options) error {
 	if err := serveMetrics(ctx, o.metricsAddr, reg); err != nil {
 		return fmt.Errorf("metrics server: %w", err)
 	}
-	// Ready once the caches are synced, leader or standby alike.
-	if err := serveProbes(ctx, o.probeAddr, c.HasSynced); err != nil {
+	// Ready once the caches are synced, leader or standby alike; until
+	// then /readyz says why not.
+	if err := serveProbes(ctx, o.probeAddr, c.Ready); err != nil {
 		return fmt.Errorf("health probe server: %w", err)
 	}
 	if err := c.Start(ctx); err != nil {
@@ -166,7 +171,7 @@ func run(ctx context.Context, o *options) error {
 	if ns == "" {
 		ns = podNamespace("kargo-latch")
 	}
-	leadOrStandBy(ctx, kube, ns, o.leaderID, c.RunWorkers)
+	leadOrStandBy(ctx, cl.leases, ns, o.leaderID, c.RunWorkers)
 	return nil
 }
 
@@ -196,4 +201,15 @@ func (s *stringList) Set(v string) error {
 		}
 	}
 	return nil
+}
+
+// dryRunLeaseName is the default Lease of a --dry-run operator: one that
+// shadows the real operator must not take the real one's Lease and stop it.
+const dryRunLeaseName = "kargo-latch-dry-run"
+
+// flagSet reports whether the flag name was given.
+func flagSet(fs *flag.FlagSet, name string) bool {
+	set := false
+	fs.Visit(func(f *flag.Flag) { set = set || f.Name == name })
+	return set
 }

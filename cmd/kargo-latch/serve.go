@@ -20,14 +20,15 @@ func serveMetrics(ctx context.Context, addr string, reg *prometheus.Registry) er
 	return serve(ctx, "metrics", addr, mux)
 }
 
-// serveProbes serves /healthz (the process is up) and /readyz (ready says
-// whether the caches are synced) on addr until ctx is done.
-func serveProbes(ctx context.Context, addr string, ready func() bool) error {
+// serveProbes serves /healthz (the process is up) and /readyz on addr until
+// ctx is done. ready returns nil when ready, else the reason, which /readyz
+// answers with (a missing CRD or RBAC right, say).
+func serveProbes(ctx context.Context, addr string, ready func() error) error {
 	mux := http.NewServeMux()
 	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("ok")) })
 	mux.HandleFunc("/readyz", func(w http.ResponseWriter, _ *http.Request) {
-		if !ready() {
-			http.Error(w, "informer caches not synced", http.StatusServiceUnavailable)
+		if err := ready(); err != nil {
+			http.Error(w, err.Error(), http.StatusServiceUnavailable)
 			return
 		}
 		_, _ = w.Write([]byte("ok"))

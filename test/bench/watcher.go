@@ -186,10 +186,10 @@ func (w *watcher) waitFor(ctx context.Context, limit time.Duration, cond func(*w
 	return nil
 }
 
-func (w *watcher) waitPing(ctx context.Context, name, value string) (time.Time, error) {
+func (w *watcher) waitPing(ctx context.Context, ns, name, value string) (time.Time, error) {
 	var at time.Time
 	err := w.waitFor(ctx, time.Minute, func(w *watcher) bool {
-		t, ok := w.pingAt[busyNS+"/"+name+"="+value]
+		t, ok := w.pingAt[ns+"/"+name+"="+value]
 		at = t
 		return ok
 	})

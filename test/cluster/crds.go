@@ -19,24 +19,58 @@ import (
 var crdResource = schema.GroupVersionResource{Group: "apiextensions.k8s.io", Version: "v1", Resource: "customresourcedefinitions"}
 
 // KargoCRDDir is where Kargo's real CRDs are: $KARGO_CRDS_DIR, else
-// ../shared/kargo-crds beside the repository when it exists, else the
-// project's own minimal CRDs under test/crds.
-func KargoCRDDir(root string) (dir string, real bool) {
-	if d := os.Getenv("KARGO_CRDS_DIR"); d != "" {
-		return d, true
+// ../shared/kargo-crds beside the repository when it exists. Outside CI
+// (see InCI) it falls back to the project's own minimal stand-in CRDs under
+// test/crds, which validate almost nothing; in CI that is an error, so that
+// CI never passes without Kargo's real schemas. getenv is os.Getenv.
+func KargoCRDDir(root string, getenv func(string) string) (dir string, real bool, err error) {
+	if d := getenv("KARGO_CRDS_DIR"); d != "" {
+		if !fileExists(d) {
+			return "", false, fmt.Errorf("KARGO_CRDS_DIR=%s does not exist", d)
+		}
+		return d, true, nil
 	}
 	shared := filepath.Join(root, "..", "shared", "kargo-crds")
 	if fileExists(shared) {
-		return shared, true
+		return shared, true, nil
 	}
-	return filepath.Join(root, "test", "crds"), false
+	if InCI(getenv) {
+		return "", false, fmt.Errorf("CI must test against Kargo's real CRDs, but %s is missing and KARGO_CRDS_DIR is not set "+
+			"(copy Kargo's charts/kargo/resources/crds there; the stand-ins in test/crds are for clones outside CI only)", shared)
+	}
+	return filepath.Join(root, "test", "crds"), false, nil
 }
 
+// InCI tells whether the tests run in CI: the CI environment variable, which
+// .ci/run exports and CI services set, is set to anything but "", "0",
+// "false" or "no".
+func InCI(getenv func(string) string) bool {
+	switch strings.ToLower(strings.TrimSpace(getenv("CI"))) {
+	case "", "0", "false", "no":
+		return false
+	}
+	return true
+}
+
+// standInWarning is printed whenever the stand-in CRDs are installed.
+const standInWarning = `
+**********************************************************************
+WARNING: Kargo's real CRDs were not found (../shared/kargo-crds beside the
+repository, or KARGO_CRDS_DIR). Using kargo-latch's minimal stand-in CRDs
+from %s: Kargo's schemas do NOT validate these tests' writes, and tests that
+need them are skipped. CI refuses this (CI=%q here).
+**********************************************************************
+`
+
 func (c *Cluster) installCRDs(ctx context.Context) error {
-	dir, real := KargoCRDDir(c.Root)
+	dir, real, err := KargoCRDDir(c.Root, os.Getenv)
+	if err != nil {
+		return err
+	}
 	c.CRDSource = "Kargo's real CRDs from " + dir
 	if !real {
 		c.CRDSource = "kargo-latch's minimal stand-in CRDs from " + dir
+		fmt.Fprintf(os.Stderr, standInWarning, dir, os.Getenv("CI"))
 	}
 	client, err := dynamic.NewForConfig(c.Config)
 	if err != nil {

@@ -11,9 +11,11 @@ import (
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/yaml"
 
+	"github.com/kargo-latch/kargo-latch/api/v1alpha1"
 	"github.com/kargo-latch/kargo-latch/cli"
 	"github.com/kargo-latch/kargo-latch/kargo"
 	"github.com/kargo-latch/kargo-latch/latch"
@@ -178,4 +180,43 @@ func TestCLI(t *testing.T) {
 		t.Errorf("resume --all: %s", errOut)
 	}
 	waitPaused(t, pausedStage, false)
+}
+
+// TestCLIPauseReasonIsChecked: `pause --reason "DB migration"` (free text
+// where a CamelCase word belongs; the reason becomes a label value) is
+// refused with a message that says what to type instead, before anything
+// is written; the suggested command pauses, with the free text kept in the
+// message.
+func TestCLIPauseReasonIsChecked(t *testing.T) {
+	t.Parallel()
+	ns := env.newProject(t)
+	env.createStage(t, ns, "prod", nil)
+	dev := env.cluster.UserConfig(devToken)
+
+	_, errOut, code := runCLI(t, dev, "pause", "prod", "-n", ns, "--reason", "DB migration")
+	if code == 0 || !strings.Contains(errOut, `--reason "DB migration" is not a reason`) ||
+		!strings.Contains(errOut, `Did you mean --reason DBMigration --message "DB migration"?`) {
+		t.Errorf("pause --reason \"DB migration\": exit %d, stderr %q; want a refusal that suggests DBMigration", code, errOut)
+	}
+	if strings.Contains(errOut, "Invalid value") {
+		t.Errorf("the API server's raw error reached the person: %q", errOut)
+	}
+	if n := len(env.listPauses(t, ns)); n != 0 {
+		t.Errorf("the refused pause left %d StagePauses", n)
+	}
+
+	out, errOut, code := runCLI(t, dev, "pause", "prod", "-n", ns, "--reason", "DBMigration", "--message", "DB migration")
+	if code != 0 || !strings.Contains(out, "Stage prod is paused (reason DBMigration)") {
+		t.Fatalf("the suggested command: exit %d, %q %q", code, out, errOut)
+	}
+	pauses := env.listPauses(t, ns)
+	if len(pauses) != 1 {
+		t.Fatalf("%d StagePauses, want 1", len(pauses))
+	}
+	p := pauses[0]
+	reason, _, _ := unstructured.NestedString(p.Object, "spec", "reason")
+	message, _, _ := unstructured.NestedString(p.Object, "spec", "message")
+	if reason != "DBMigration" || message != "DB migration" || p.GetLabels()[v1alpha1.ReasonLabel] != "DBMigration" {
+		t.Errorf("StagePause reason %q, message %q, labels %v", reason, message, p.GetLabels())
+	}
 }

@@ -83,9 +83,32 @@ func startOperator(t *testing.T, ns string, defaults latch.Settings) *operator {
 // operator of an install with the mark-verified component (env.marker).
 func startOperatorAs(t *testing.T, identity *rest.Config, ns string, defaults latch.Settings) *operator {
 	t.Helper()
+	return startOperatorWith(t, identity, ns, defaults, nil)
+}
+
+// refusing is a fault that refuses the requests refuse returns an error for,
+// before they reach the API server.
+func refusing(refuse func(*http.Request) error) func(http.RoundTripper) http.RoundTripper {
+	return func(rt http.RoundTripper) http.RoundTripper {
+		return roundTripFunc(func(r *http.Request) (*http.Response, error) {
+			if err := refuse(r); err != nil {
+				return nil, err
+			}
+			return rt.RoundTrip(r)
+		})
+	}
+}
+
+// startOperatorWith is startOperatorAs whose requests pass through fault, a
+// test's fault injection (nil for none).
+func startOperatorWith(t *testing.T, identity *rest.Config, ns string, defaults latch.Settings, fault func(http.RoundTripper) http.RoundTripper) *operator {
+	t.Helper()
 	o := &operator{t: t, done: make(chan struct{}), reg: prometheus.NewRegistry()}
 	cfg := rest.CopyConfig(identity)
 	cfg.WrapTransport = func(rt http.RoundTripper) http.RoundTripper {
+		if fault != nil {
+			rt = fault(rt)
+		}
 		return roundTripFunc(func(r *http.Request) (*http.Response, error) {
 			if r.Method == http.MethodPatch && strings.Contains(r.URL.Path, "/stages/") {
 				o.patches.Add(1)

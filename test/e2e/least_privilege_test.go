@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"encoding/json"
+	"fmt"
 	"testing"
 	"time"
 
@@ -35,7 +36,7 @@ func TestNeverWritesProjectConfigOrEnablesAutoPromotion(t *testing.T) {
 	created, err := env.dyn.Resource(projectConfigs).Namespace(ns).Create(ctx, pc, metav1.CreateOptions{})
 	must(t, err)
 
-	startOperator(t, ns, latch.Settings{LatchDeadline: time.Minute, DegradedGrace: time.Minute, PauseOnFailure: true, DrainOnPause: true})
+	op := startOperator(t, ns, latch.Settings{LatchDeadline: time.Minute, DegradedGrace: time.Minute, PauseOnFailure: true, DrainOnPause: true})
 	s := env.createStage(t, ns, "prod", nil)
 	promoteAndLatch(t, s)
 	must(t, autoPromote(ns, "prod"))
@@ -44,17 +45,11 @@ func TestNeverWritesProjectConfigOrEnablesAutoPromotion(t *testing.T) {
 	waitPaused(t, s, true)
 	must(t, deletePause(env.lead, ns, stageRecord(t, s).Failure.Pause))
 	waitPaused(t, s, false)
-	settle()
-
-	got, err := env.dyn.Resource(projectConfigs).Namespace(ns).Get(ctx, ns, metav1.GetOptions{})
-	must(t, err)
-	if got.GetResourceVersion() != created.GetResourceVersion() {
-		t.Errorf("ProjectConfig changed (resourceVersion %s -> %s)", created.GetResourceVersion(), got.GetResourceVersion())
-	}
-	if u, err := s.Get(ctx); err == nil {
-		if enabled, _, _ := unstructured.NestedBool(u.Object, "status", "autoPromotionEnabled"); enabled {
-			t.Error("status.autoPromotionEnabled became true")
-		}
+	// The operator has handled the pause and the resume (the label it
+	// writes came and went); once it is idle, nothing of it is in flight.
+	op.idle(t)
+	if err := projectConfigUnchanged(ns, created); err != nil {
+		t.Error(err)
 	}
 
 	// Acting as the operator's ServiceAccount: ProjectConfig writes are
@@ -62,7 +57,17 @@ func TestNeverWritesProjectConfigOrEnablesAutoPromotion(t *testing.T) {
 	asOperator := dynamic.NewForConfigOrDie(env.operator)
 	pcPatch := []byte(`{"spec":{"promotionPolicies":[{"stageSelector":{"name":"prod"},"autoPromotionEnabled":true}]}}`)
 	if _, err := asOperator.Resource(projectConfigs).Namespace(ns).Patch(ctx, ns, types.MergePatchType, pcPatch, metav1.PatchOptions{}); !apierrors.IsForbidden(err) {
-		t.Errorf("the operator's identity enabling auto-promotion: %v, want Forbidden", err)
+		t.Errorf("the operator's identity enabling auto-promotion (patch): %v, want Forbidden", err)
+	}
+	enabled := created.DeepCopy()
+	must(t, unstructured.SetNestedSlice(enabled.Object, []any{
+		map[string]any{"stageSelector": map[string]any{"name": "prod"}, "autoPromotionEnabled": true},
+	}, "spec", "promotionPolicies"))
+	if _, err := asOperator.Resource(projectConfigs).Namespace(ns).Update(ctx, enabled, metav1.UpdateOptions{}); !apierrors.IsForbidden(err) {
+		t.Errorf("the operator's identity enabling auto-promotion (update): %v, want Forbidden", err)
+	}
+	if err := projectConfigUnchanged(ns, created); err != nil {
+		t.Error(err)
 	}
 	stages := asOperator.Resource(kargo.StagesResource).Namespace(ns)
 	if _, err := stages.Patch(ctx, "prod", types.MergePatchType, []byte(`{"spec":{"shard":"elsewhere"}}`), metav1.PatchOptions{}); !apierrors.IsForbidden(err) {
@@ -90,10 +95,80 @@ func TestNeverWritesProjectConfigOrEnablesAutoPromotion(t *testing.T) {
 		{Namespace: ns, Verb: "create", Group: kargo.GroupVersion.Group, Resource: "promotions"},
 		{Namespace: ns, Verb: "patch", Group: kargo.GroupVersion.Group, Resource: "freights", Subresource: "status"},
 		{Namespace: ns, Verb: "get", Group: kargo.GroupVersion.Group, Resource: "freights"},
+		// Unused, so not granted: the operator never reads ProjectConfigs
+		// and writes StagePause status only with merge patches.
+		{Namespace: ns, Verb: "get", Group: kargo.GroupVersion.Group, Resource: "projectconfigs"},
+		{Namespace: ns, Verb: "list", Group: kargo.GroupVersion.Group, Resource: "projectconfigs"},
+		{Namespace: ns, Verb: "update", Group: "kargo-latch.io", Resource: "stagepauses", Subresource: "status"},
 	} {
 		if mayServiceAccount(t, "kargo-latch", a) {
 			t.Errorf("the operator's ServiceAccount may %s %s/%s; the shipped RBAC must not allow it", a.Verb, a.Resource, a.Subresource)
 		}
+	}
+}
+
+// projectConfigUnchanged reads the ProjectConfig back and says how it
+// differs from created: another resourceVersion (any write, even one that
+// restores the content), or autoPromotionEnabled of prod not false. A read
+// that fails is an error too: the check must not pass for want of an
+// answer.
+func projectConfigUnchanged(ns string, created *unstructured.Unstructured) error {
+	got, err := env.dyn.Resource(projectConfigs).Namespace(ns).Get(ctx, created.GetName(), metav1.GetOptions{})
+	if err != nil {
+		return fmt.Errorf("reading ProjectConfig %s back: %w", created.GetName(), err)
+	}
+	if got.GetResourceVersion() != created.GetResourceVersion() {
+		return fmt.Errorf("ProjectConfig %s was written (resourceVersion %s -> %s)", created.GetName(), created.GetResourceVersion(), got.GetResourceVersion())
+	}
+	policies, _, _ := unstructured.NestedSlice(got.Object, "spec", "promotionPolicies")
+	for _, p := range policies {
+		policy, _ := p.(map[string]any)
+		if name, _, _ := unstructured.NestedString(policy, "stageSelector", "name"); name != "prod" {
+			continue
+		}
+		if enabled, found, _ := unstructured.NestedBool(policy, "autoPromotionEnabled"); !found || enabled {
+			return fmt.Errorf("ProjectConfig %s: autoPromotionEnabled of prod is %v (set: %v), want false", created.GetName(), enabled, found)
+		}
+		return nil
+	}
+	return fmt.Errorf("ProjectConfig %s has no promotion policy for prod any more", created.GetName())
+}
+
+// TestProjectConfigCheckFailsOnAWrite injects what the check above exists
+// to catch: a write to the ProjectConfig (as a faulty operator would make
+// it, enabling auto-promotion; and one that writes the same policy back),
+// and a ProjectConfig that cannot be read. Each must fail the check.
+func TestProjectConfigCheckFailsOnAWrite(t *testing.T) {
+	t.Parallel()
+	ns := env.newProject(t)
+	pc := func(name string) *unstructured.Unstructured {
+		return &unstructured.Unstructured{Object: map[string]any{
+			"apiVersion": kargo.GroupVersion.String(), "kind": "ProjectConfig",
+			"metadata": map[string]any{"name": name, "namespace": ns},
+			"spec": map[string]any{"promotionPolicies": []any{
+				map[string]any{"stageSelector": map[string]any{"name": "prod"}, "autoPromotionEnabled": false},
+			}},
+		}}
+	}
+	created, err := env.dyn.Resource(projectConfigs).Namespace(ns).Create(ctx, pc(ns), metav1.CreateOptions{})
+	must(t, err)
+	if err := projectConfigUnchanged(ns, created); err != nil {
+		t.Fatalf("untouched: %v", err)
+	}
+	enable := []byte(`{"spec":{"promotionPolicies":[{"stageSelector":{"name":"prod"},"autoPromotionEnabled":true}]}}`)
+	_, err = env.dyn.Resource(projectConfigs).Namespace(ns).Patch(ctx, ns, types.MergePatchType, enable, metav1.PatchOptions{})
+	must(t, err)
+	if err := projectConfigUnchanged(ns, created); err == nil {
+		t.Error("the check passed after auto-promotion was enabled")
+	}
+	restore := []byte(`{"spec":{"promotionPolicies":[{"stageSelector":{"name":"prod"},"autoPromotionEnabled":false}]}}`)
+	_, err = env.dyn.Resource(projectConfigs).Namespace(ns).Patch(ctx, ns, types.MergePatchType, restore, metav1.PatchOptions{})
+	must(t, err)
+	if err := projectConfigUnchanged(ns, created); err == nil {
+		t.Error("the check passed after a write that restored the content")
+	}
+	if err := projectConfigUnchanged(ns, pc("missing")); err == nil {
+		t.Error("the check passed for a ProjectConfig it could not read")
 	}
 }
 

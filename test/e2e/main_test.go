@@ -32,7 +32,12 @@ const (
 	leadToken     = "lead-token"      // bound to kargo-latch-resumer; may update ProjectConfigs
 	resumerToken  = "resumer-token"   // bound to kargo-latch-resumer only
 	kargoCtlToken = "kargo-ctl-token" // Kargo's controller ServiceAccount, as the gate knows it
+	kargoAPIToken = "kargo-api-token" // Kargo's API server ServiceAccount (UI, API, CLI), as gate-people knows it
 )
+
+// kargoAPIUser is Kargo's API server as the chart installs it: the
+// ServiceAccount kargo-api in Kargo's namespace.
+const kargoAPIUser = "system:serviceaccount:kargo:kargo-api"
 
 // world is one test cluster with the people and programs that act on it.
 type world struct {
@@ -83,6 +88,7 @@ func newWorld(ctx context.Context, opts cluster.Options, wrap func(http.RoundTri
 		leadToken+",lead,lead,",
 		resumerToken+",resumer,resumer,",
 		kargoCtlToken+",system:serviceaccount:kargo:kargo-controller,kargo-controller,\"system:serviceaccounts,system:serviceaccounts:kargo\"",
+		kargoAPIToken+","+kargoAPIUser+",kargo-api,\"system:serviceaccounts,system:serviceaccounts:kargo\"",
 	)
 	c, err := cluster.Start(ctx, opts)
 	if err != nil {
@@ -140,6 +146,10 @@ func installShipped(ctx context.Context, c *cluster.Cluster) error {
 		cluster.BindUser("e2e-lead-projectconfigs", "e2e-projectconfig-editor", "lead"),
 		cluster.BindUser("e2e-resumer", "kargo-latch-resumer", "resumer"),
 		cluster.BindUser("e2e-kargo-controller", "e2e-kargo-controller", "system:serviceaccount:kargo:kargo-controller"),
+		// Kargo's API server may create Promotions and, through the
+		// kargo-project-admin role Kargo binds it to, update ProjectConfigs.
+		cluster.BindUser("e2e-kargo-api-promoter", "e2e-promoter", kargoAPIUser),
+		cluster.BindUser("e2e-kargo-api-projectconfigs", "e2e-projectconfig-editor", kargoAPIUser),
 	)
 	marker, err := markerIdentity(c)
 	if err != nil {

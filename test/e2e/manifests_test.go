@@ -1,10 +1,12 @@
 package e2e
 
 import (
+	"context"
 	"encoding/json"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -12,9 +14,11 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/discovery"
 	"k8s.io/client-go/discovery/cached/memory"
+	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/restmapper"
 	"sigs.k8s.io/yaml"
 
+	"github.com/kargo-latch/kargo-latch/kargo"
 	"github.com/kargo-latch/kargo-latch/test/cluster"
 )
 
@@ -113,3 +117,113 @@ func jsonString(s string) string {
 }
 
 func ptrTo[T any](v T) *T { return &v }
+
+// TestOperatorGuardFollowsKustomizeNamespace: an overlay that moves the
+// install to another namespace (and renames it) yields a metadata-only
+// guard for the operator's ServiceAccount there, and nothing in the build
+// still names the shipped namespace. On the real apiserver, that guard
+// refuses a Stage spec change by the moved identity, and lets the same
+// ServiceAccount name in another namespace through: it keys on the
+// identity the overlay made, not on a name written out.
+func TestOperatorGuardFollowsKustomizeNamespace(t *testing.T) {
+	t.Parallel()
+	ns := env.newProject(t)
+	tag := randomTag()
+	prefix := "e2e-" + tag + "-"
+	dir := t.TempDir()
+	def, err := filepath.Rel(dir, filepath.Join(env.cluster.Root, "manifests", "default"))
+	must(t, err)
+	k := "apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\nnamespace: " + ns + "\nnamePrefix: " + prefix + "\nresources: [" + jsonString(def) + "]\n"
+	must(t, os.WriteFile(filepath.Join(dir, "kustomization.yaml"), []byte(k), 0o600))
+	objs, err := cluster.Kustomize(dir)
+	must(t, err)
+
+	sa := prefix + "kargo-latch"
+	var guard, binding, account, role, roleBinding *unstructured.Unstructured
+	for _, o := range objs {
+		b, err := json.Marshal(o.Object)
+		must(t, err)
+		if strings.Contains(string(b), "serviceaccount:kargo-latch:") || strings.Contains(string(b), `"namespace":"kargo-latch"`) {
+			t.Errorf("%s %s still names the shipped namespace: %s", o.GetKind(), o.GetName(), b)
+		}
+		switch o.GetKind() + "/" + strings.TrimPrefix(o.GetName(), prefix) {
+		case "ValidatingAdmissionPolicy/kargo-latch-metadata-only":
+			guard = o
+		case "ValidatingAdmissionPolicyBinding/kargo-latch-metadata-only":
+			binding = o
+		case "ServiceAccount/kargo-latch":
+			account = o
+		case "ClusterRole/kargo-latch":
+			role = o
+		case "ClusterRoleBinding/kargo-latch":
+			roleBinding = o
+		}
+	}
+	if guard == nil || binding == nil || account == nil || role == nil || roleBinding == nil {
+		t.Fatalf("the build lacks the guard, its binding, the ServiceAccount or its RBAC")
+	}
+	ref, _, _ := unstructured.NestedStringMap(binding.Object, "spec", "paramRef")
+	if ref["name"] != sa || ref["namespace"] != ns || account.GetName() != sa || account.GetNamespace() != ns {
+		t.Fatalf("the guard's paramRef is %v, the ServiceAccount %s/%s; want both %s/%s", ref, account.GetNamespace(), account.GetName(), ns, sa)
+	}
+
+	// On the apiserver: the moved operator, its RBAC and its guard (the
+	// shipped guard keeps guarding kargo-latch/kargo-latch meanwhile).
+	must(t, applyObjects([]*unstructured.Unstructured{account, role, roleBinding, guard, binding}))
+	t.Cleanup(func() {
+		bg := context.Background()
+		_ = env.dyn.Resource(vapBindings).Delete(bg, binding.GetName(), metav1.DeleteOptions{})
+		_ = env.dyn.Resource(vaPolicies).Delete(bg, guard.GetName(), metav1.DeleteOptions{})
+		_ = env.kube.RbacV1().ClusterRoleBindings().Delete(bg, roleBinding.GetName(), metav1.DeleteOptions{})
+		_ = env.kube.RbacV1().ClusterRoles().Delete(bg, role.GetName(), metav1.DeleteOptions{})
+	})
+	moved, err := env.cluster.ServiceAccountConfig(ctx, ns, sa)
+	must(t, err)
+	asMoved := dynamic.NewForConfigOrDie(moved).Resource(kargo.StagesResource).Namespace(ns)
+	env.createStage(t, ns, "prod", nil)
+	specChange := []byte(`{"spec":{"shard":"elsewhere"}}`)
+	var denied error
+	// Dry runs until the guard is live (admission runs all the same), so an
+	// early try changes nothing; then the real write.
+	dryRun := metav1.PatchOptions{DryRun: []string{metav1.DryRunAll}}
+	waitFor(t, "the moved guard to refuse the moved operator's Stage spec change", func() bool {
+		_, denied = asMoved.Patch(ctx, "prod", types.MergePatchType, specChange, dryRun)
+		return deniedBy(denied, guard.GetName())
+	})
+	if _, denied = asMoved.Patch(ctx, "prod", types.MergePatchType, specChange, metav1.PatchOptions{}); !deniedBy(denied, guard.GetName()) {
+		t.Fatalf("the moved operator's Stage spec change: %v, want refused by %s", denied, guard.GetName())
+	}
+	if !strings.Contains(denied.Error(), "kargo-latch may change only the metadata") {
+		t.Errorf("denial %q", denied)
+	}
+	if _, err := asMoved.Patch(ctx, "prod", types.MergePatchType, []byte(`{"metadata":{"labels":{"e2e":"ok"}}}`), metav1.PatchOptions{}); err != nil {
+		t.Errorf("the moved operator changing metadata: %v, want allowed", err)
+	}
+
+	// The same ServiceAccount name in another namespace, with the same
+	// rights, is not the operator: the guard (shown live above) lets its
+	// spec change through.
+	elsewhere := env.newProject(t)
+	must(t, applyObjects([]*unstructured.Unstructured{
+		{Object: map[string]any{"apiVersion": "v1", "kind": "ServiceAccount", "metadata": map[string]any{"name": sa, "namespace": elsewhere}}},
+		{Object: map[string]any{
+			"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
+			"metadata": map[string]any{"name": prefix + "elsewhere"},
+			"roleRef":  map[string]any{"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": role.GetName()},
+			"subjects": []any{map[string]any{"kind": "ServiceAccount", "name": sa, "namespace": elsewhere}},
+		}},
+	}))
+	t.Cleanup(func() {
+		_ = env.kube.RbacV1().ClusterRoleBindings().Delete(context.Background(), prefix+"elsewhere", metav1.DeleteOptions{})
+	})
+	impostor, err := env.cluster.ServiceAccountConfig(ctx, elsewhere, sa)
+	must(t, err)
+	waitFor(t, "the same name in another namespace to change the Stage's spec", func() bool {
+		_, err := dynamic.NewForConfigOrDie(impostor).Resource(kargo.StagesResource).Namespace(ns).
+			Patch(ctx, "prod", types.MergePatchType, specChange, metav1.PatchOptions{})
+		if deniedBy(err, guard.GetName()) {
+			t.Fatalf("the guard refused %s/%s, which is not the operator: %v", elsewhere, sa, err)
+		}
+		return err == nil // RBAC may take a moment
+	})
+}

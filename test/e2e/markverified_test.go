@@ -59,6 +59,8 @@ func TestMarkVerifiedWritesOneKey(t *testing.T) {
 		t.Errorf("no managedFields entry of %q on the status subresource: the mark was not the operator's", controller.FieldManager)
 	}
 
+	// The record says so once the Event is made, after the Freight patch.
+	waitFor(t, "the record to name the marked Freight", func() bool { return len(stageRecord(t, s).Marked) > 0 })
 	if diff := cmp.Diff([]string{name}, stageRecord(t, s).Marked); diff != "" {
 		t.Errorf("record's marked Freight (-want +got):\n%s", diff)
 	}

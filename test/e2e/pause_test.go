@@ -55,6 +55,8 @@ func TestFailurePausesAndTheGateHolds(t *testing.T) {
 	if err := autoPromote(ns, qa.Name); err != nil {
 		t.Errorf("auto-promotion to another Stage was refused: %v", err)
 	}
+	// The Event is made beside the label's patch, not before it.
+	waitEvent(t, prod, controller.ReasonStagePaused)
 	if n := env.eventCount(t, prod, controller.ReasonStagePaused); n != 1 {
 		t.Errorf("%d StagePaused Events, want 1", n)
 	}
@@ -187,7 +189,6 @@ func TestDrainAbortsOnlyQueuedAutoPromotions(t *testing.T) {
 	queuedController := create(nil, "controller:kargo-api", "Pending")
 	runningAuto := create(nil, "", "Running")
 	devQueued := create(true, "kubernetes:dev", "Pending")
-	time.Sleep(300 * time.Millisecond) // let the operator's cache see them
 
 	must(t, createPause(env.dev, pause(ns, "stop", "prod", "Manual")))
 	var drained []string
@@ -270,10 +271,11 @@ func TestPauseBadInput(t *testing.T) {
 	waitFor(t, "the early pause's status to follow", func() bool {
 		return pauseCondition(t, ns, "early") == "True/Covering"
 	})
-	// An empty reason reads as Manual.
-	if got := op.metric("kargo_latch_pauses_total", "stage", "later", "reason", "Manual"); got != 1 {
-		t.Errorf("pauses_total{reason=Manual} = %v for an empty reason, want 1", got)
-	}
+	// An empty reason reads as Manual (counted just after the label is
+	// stored).
+	waitFor(t, "pauses_total{reason=Manual} for an empty reason", func() bool {
+		return op.metric("kargo_latch_pauses_total", "stage", "later", "reason", "Manual") == 1
+	})
 
 	// A 10 KB message is refused by the CRD's schema, with a clear error.
 	big := pause(ns, "big", "later", "Manual")

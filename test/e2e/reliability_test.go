@@ -1,8 +1,11 @@
 package e2e
 
 import (
+	"context"
 	"fmt"
+	"maps"
 	"math/rand/v2"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -26,6 +29,39 @@ const (
 	kindResumed               // latch, an errored promotion pauses it, a person resumes
 	kinds
 )
+
+// outcome is where a story ends: phase, failure reason, paused or not.
+type outcome struct {
+	phase   latch.Phase
+	failure latch.FailureReason
+	paused  bool
+}
+
+// contractOutcomes is where the contract's rules (contract.md, "The latch"
+// and "Pauses") take each story, written from the contract and not from
+// latch.Step: oracle catches wiring faults, this catches rule faults.
+var contractOutcomes = map[int]outcome{
+	// "After the latch, Progressing never changes the phase."
+	kindFlapper: {phase: latch.PhaseLatched},
+	// "lastPromotion Failed → the current cycle becomes Failed
+	// (PromotionFailed)"; pause-on-failure: one StagePause.
+	kindPromotionFails: {phase: latch.PhaseFailed, failure: latch.ReasonPromotionFailed, paused: true},
+	// "Latched + Unhealthy → Degraded"; past the grace → Failed (Degraded).
+	kindDegrades: {phase: latch.PhaseFailed, failure: latch.ReasonDegraded, paused: true},
+	// "A Stage can be Latched and paused."
+	kindManualPause: {phase: latch.PhaseLatched, paused: true},
+	// Errored → Failed (PromotionErrored); deleting the pause resumes.
+	kindResumed: {phase: latch.PhaseFailed, failure: latch.ReasonPromotionErrored},
+}
+
+// outcomeOf reads a record as an outcome.
+func outcomeOf(r latch.Record, paused bool) outcome {
+	o := outcome{phase: r.Phase, paused: paused}
+	if r.Failure != nil {
+		o.failure = r.Failure.Reason
+	}
+	return o
+}
 
 // oracle runs a kind's scenario through the latch state machine itself, the
 // model, and returns the record the operator must end with.
@@ -221,6 +257,10 @@ func reliabilityScenario(t *testing.T, w *world, ns, wideNS string, disrupted fu
 		return
 	}
 	settle()
+	// A StagePaused Event is made beside the record that pauses the Stage:
+	// one the last SIGKILL cut short is made by the next process's first
+	// sync of that Stage, which may come after the end state is reached.
+	w.waitPausedEvents(t, stages, wideStages)
 
 	var lostLatches, lostPauses, spurious, badEvents int
 	for i, s := range stages {
@@ -233,6 +273,10 @@ func reliabilityScenario(t *testing.T, w *world, ns, wideNS string, disrupted fu
 			t.Errorf("%s (kind %d): phase %s, failure %+v; the oracle says %s, %+v", s.Name, kind, got.Phase, got.Failure, want.Phase, want.Failure)
 		}
 		wantPaused := kind == kindPromotionFails || kind == kindDegrades || kind == kindManualPause
+		if model, got := contractOutcomes[kind], outcomeOf(got, paused(t, s)); got != model {
+			lostLatches++
+			t.Errorf("%s (kind %d): ended %+v; the contract's rules say %+v", s.Name, kind, got, model)
+		}
 		switch isPaused, pauses := paused(t, s), w.pausesNaming(t, ns, s.Name); {
 		case wantPaused && (!isPaused || pauses != 1):
 			lostPauses++
@@ -275,4 +319,50 @@ func (w *world) pausesNaming(t *testing.T, ns, stage string) int {
 		}
 	}
 	return n
+}
+
+// waitPausedEvents waits, for at most 20 s, until every Stage of the
+// scenario has as many StagePaused Events as its kind wants; the checks
+// that follow report any that do not.
+func (w *world) waitPausedEvents(t *testing.T, stages, wideStages []*driver.Stage) {
+	t.Helper()
+	want := map[string]int{}
+	for i, s := range stages {
+		if i%kinds != kindFlapper {
+			want[s.Namespace+"/"+s.Name] = 1
+		}
+	}
+	for _, s := range wideStages {
+		want[s.Namespace+"/"+s.Name] = 1
+	}
+	namespaces := map[string]bool{}
+	for _, s := range append(slices.Clone(stages), wideStages...) {
+		namespaces[s.Namespace] = true
+	}
+	deadline := time.Now().Add(20 * time.Second)
+	for time.Now().Before(deadline) {
+		got := map[string]int{}
+		for ns := range namespaces {
+			list, err := w.kube.CoreV1().Events(ns).List(context.Background(), metav1.ListOptions{FieldSelector: "reason=" + controller.ReasonStagePaused})
+			must(t, err)
+			for _, e := range list.Items {
+				got[ns+"/"+e.InvolvedObject.Name]++
+			}
+		}
+		if maps.Equal(got, want) {
+			return
+		}
+		time.Sleep(250 * time.Millisecond)
+	}
+}
+
+// The two models of the reliability scenario agree: latch.Step, run over
+// each story, ends where the contract's rules say.
+func TestOracleAgreesWithTheContract(t *testing.T) {
+	for kind := range kinds {
+		r := oracle(kind)
+		if got, want := outcomeOf(r, len(r.Pauses) > 0 || contractOutcomes[kind].paused), contractOutcomes[kind]; got.phase != want.phase || got.failure != want.failure {
+			t.Errorf("kind %d: latch.Step ends %+v, the contract says %+v", kind, got, want)
+		}
+	}
 }

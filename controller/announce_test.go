@@ -1,0 +1,251 @@
+package controller
+
+import (
+	"context"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+	k8stesting "k8s.io/client-go/testing"
+	"k8s.io/client-go/tools/cache"
+
+	"github.com/kargo-latch/kargo-latch/api/v1alpha1"
+	"github.com/kargo-latch/kargo-latch/kargo"
+	"github.com/kargo-latch/kargo-latch/latch"
+)
+
+// failedStage is the latched Stage prod, pause-on-failure on, whose newest
+// promotion p2 failed.
+func failedStage() *unstructured.Unstructured {
+	prior := latch.Record{Phase: latch.PhaseLatched, Promotion: "p1", FreightID: "F1", ExaminedPromotion: "p1",
+		PromotedAt: ptrTime(time.Date(2026, 11, 29, 10, 0, 0, 0, time.UTC)), LatchedAt: ptrTime(time.Date(2026, 11, 29, 10, 1, 0, 0, time.UTC))}
+	stage := healthyStage("prod", map[string]any{PauseOnFailureAnnotation: "true", StateAnnotation: prior.Encode()})
+	stage.Object["status"].(map[string]any)["lastPromotion"] = map[string]any{
+		"name": "p2", "finishedAt": "2026-11-29T11:00:00Z", "status": map[string]any{"phase": "Failed"},
+	}
+	return stage
+}
+
+// pausedStage is a Stage whose stored record says StagePause "hold" paused
+// it createdAgo, with that pause.
+func pausedStage(createdAgo time.Duration) (*unstructured.Unstructured, *unstructured.Unstructured) {
+	rec := latch.Record{Phase: latch.PhaseLatched, Promotion: "p1", FreightID: "F1", ExaminedPromotion: "p1",
+		PromotedAt: ptrTime(time.Date(2026, 11, 29, 10, 0, 0, 0, time.UTC)), LatchedAt: ptrTime(time.Date(2026, 11, 29, 10, 1, 0, 0, time.UTC)),
+		Pauses: []string{"hold"}, PausedBy: &latch.PauseMark{Name: "hold", UID: "pause-uid", At: time.Now().Add(-createdAgo)}}
+	stage := healthyStage("prod", map[string]any{StateAnnotation: rec.Encode()})
+	stage.SetLabels(map[string]string{PausedLabel: "true"})
+	stage.SetUID("stage-uid")
+	pause := &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": v1alpha1.GroupVersion.String(), "kind": "StagePause",
+		"metadata": map[string]any{"name": "hold", "namespace": "shop", "uid": "pause-uid",
+			"creationTimestamp": time.Now().Add(-createdAgo).UTC().Format(time.RFC3339)},
+		"spec": map[string]any{"stage": "prod", "reason": "Manual"},
+	}}
+	return stage, pause
+}
+
+func (f *fixture) stagePausedEvents() []corev1.Event {
+	f.t.Helper()
+	events, err := f.kube.CoreV1().Events("shop").List(context.Background(), metav1.ListOptions{})
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	var out []corev1.Event
+	for _, e := range events.Items {
+		if e.Reason == ReasonStagePaused {
+			out = append(out, e)
+		}
+	}
+	return out
+}
+
+func (f *fixture) kubeActions(verb string) int {
+	n := 0
+	for _, a := range f.kube.Actions() {
+		if a.GetVerb() == verb && a.GetResource().Resource == "events" {
+			n++
+		}
+	}
+	return n
+}
+
+// The StagePaused Event is made beside the store of the record: when its
+// create is refused and the record is stored, the next sync finds the
+// announcement owed, and makes it once.
+func TestRefusedStagePausedEventIsMadeOnRetry(t *testing.T) {
+	var refused atomic.Int32
+	f := newFixtureWith(t, false, func(f *fixture) {
+		f.kube.PrependReactor("create", "events", func(k8stesting.Action) (bool, runtime.Object, error) {
+			if refused.Add(1) == 1 {
+				return true, nil, apierrors.NewServiceUnavailable("events are down")
+			}
+			return false, nil, nil
+		})
+	}, failedStage())
+	waitUntil(t, func() bool { return len(f.stagePausedEvents()) == 1 })
+	r := f.record("prod")
+	if len(r.Pauses) != 1 || r.PausedBy == nil || r.PausedBy.Name != r.Pauses[0] {
+		t.Errorf("record pauses %v, pausedBy %+v; want the failure's pause in both", r.Pauses, r.PausedBy)
+	}
+	time.Sleep(300 * time.Millisecond)
+	if n := len(f.stagePausedEvents()); n != 1 || refused.Load() != 2 {
+		t.Errorf("%d StagePaused Events after %d creates, want 1 after 2 (one refused)", n, refused.Load())
+	}
+}
+
+// A replica that starts with a stored pause, younger than the Event TTL,
+// that it did not announce itself, makes sure its Event exists.
+func TestRestartedReplicaMakesAnOwedAnnouncement(t *testing.T) {
+	stage, pause := pausedStage(time.Minute)
+	f := newFixtureWith(t, false, nil, stage, pause)
+	waitUntil(t, func() bool { return len(f.stagePausedEvents()) == 1 })
+	if n := f.patches.Load(); n != 0 {
+		t.Errorf("%d Stage patches, want none: the record is as it should be", n)
+	}
+}
+
+// ...even when the pause is gone by then: the Stage resumes, and the pause
+// that paused it is announced once, from the record.
+func TestRestartedReplicaAnnouncesAPauseDeletedMeanwhile(t *testing.T) {
+	stage, _ := pausedStage(time.Minute)
+	f := newFixtureWith(t, false, nil, stage)
+	f.waitEvent("Normal StageResumed")
+	waitUntil(t, func() bool { return len(f.stagePausedEvents()) == 1 })
+	if e := f.stagePausedEvents()[0]; e.Message != "Paused by StagePause hold (deleted since)" {
+		t.Errorf("StagePaused Event says %q", e.Message)
+	}
+	if r := f.record("prod"); len(r.Pauses) != 0 || r.PausedBy != nil {
+		t.Errorf("record pauses %v, pausedBy %+v; want none after the resume", r.Pauses, r.PausedBy)
+	}
+}
+
+// ...and makes no second one when it exists, and none when the pause is
+// older than the Event TTL allows (a missing Event may have expired:
+// announcing again would announce an old pause as new).
+func TestRestartedReplicaDoesNotAnnounceTwice(t *testing.T) {
+	t.Run("Event exists", func(t *testing.T) {
+		stage, pause := pausedStage(time.Minute)
+		var existing *corev1.Event
+		f := newFixtureWith(t, false, func(f *fixture) {
+			s := kargo.StageFromUnstructured(stage)
+			p := &v1alpha1.StagePause{ObjectMeta: metav1.ObjectMeta{Name: "hold", UID: "pause-uid"}}
+			existing = &corev1.Event{ObjectMeta: metav1.ObjectMeta{Name: eventName(s, "paused", string(p.UID)+"\x00"+p.Name), Namespace: "shop"}, Reason: ReasonStagePaused}
+			if _, err := f.kube.CoreV1().Events("shop").Create(context.Background(), existing, metav1.CreateOptions{}); err != nil {
+				t.Fatal(err)
+			}
+			f.kube.ClearActions()
+		}, stage, pause)
+		waitUntil(t, func() bool { return f.kubeActions("create") == 1 })
+		time.Sleep(300 * time.Millisecond)
+		if n := len(f.stagePausedEvents()); n != 1 || f.kubeActions("create") != 1 {
+			t.Errorf("%d StagePaused Events after %d creates, want the Event %s alone, found by one create", n, f.kubeActions("create"), existing.Name)
+		}
+	})
+	t.Run("pause older than the Event TTL", func(t *testing.T) {
+		stage, pause := pausedStage(2 * announceWithin)
+		f := newFixtureWith(t, false, nil, stage, pause)
+		waitUntil(t, func() bool { return f.syncs() > 0 })
+		time.Sleep(300 * time.Millisecond)
+		if n := len(f.kube.Actions()); n != 0 {
+			t.Errorf("%d requests for Events, want none: %v", n, f.kube.Actions())
+		}
+	})
+}
+
+// A failure's pause is made before its record is stored, from a judgement
+// on the cached Stage when the cache shows this replica's last write, and
+// otherwise on the Stage read from the server.
+func TestFailureReadsTheStageOnlyWhenTheCacheMayBeBehind(t *testing.T) {
+	stageGets := func(f *fixture) int {
+		n := 0
+		for _, a := range f.client.Actions() {
+			if a.GetVerb() == "get" && a.GetResource().Resource == "stages" {
+				n++
+			}
+		}
+		return n
+	}
+	t.Run("fresh replica", func(t *testing.T) {
+		f := newFixture(t, false, failedStage())
+		f.waitEvent("Warning LatchFailed")
+		if n := stageGets(f); n != 1 {
+			t.Errorf("%d live reads of the Stage, want 1: this replica has not written it", n)
+		}
+	})
+	t.Run("the cache shows this replica's write", func(t *testing.T) {
+		stage := healthyStage("prod", map[string]any{PauseOnFailureAnnotation: "true"})
+		f := newFixture(t, false, stage)
+		f.waitEvent("Normal HealthLatched")
+		waitUntil(t, func() bool { return f.syncs() >= 2 }) // the latch, then its echo
+		u, err := f.client.Resource(kargo.StagesResource).Namespace("shop").Get(context.Background(), "prod", metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		_ = unstructured.SetNestedMap(u.Object, map[string]any{
+			"name": "p2", "finishedAt": "2026-11-29T11:00:00Z", "status": map[string]any{"phase": "Failed"},
+		}, "status", "lastPromotion")
+		if _, err := f.client.Resource(kargo.StagesResource).Namespace("shop").Update(context.Background(), u, metav1.UpdateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		f.client.ClearActions()
+		f.waitEvent("Warning LatchFailed")
+		if n := stageGets(f); n != 0 {
+			t.Errorf("%d live reads of the Stage, want 0", n)
+		}
+		if r := f.record("prod"); r.Failure == nil || r.Failure.Pause == "" || r.PausedBy == nil || r.PausedBy.Name != r.Failure.Pause {
+			t.Errorf("record failure %+v, pausedBy %+v; want the failure's pause", r.Failure, r.PausedBy)
+		}
+	})
+}
+
+// An Event refused while the record named its pause, then the Stage resumed
+// before Events could be written: this replica still owes the Event, and
+// makes it once they can.
+func TestRefusedStagePausedEventSurvivesAResume(t *testing.T) {
+	var refuse atomic.Bool
+	refuse.Store(true)
+	f := newFixtureWith(t, false, func(f *fixture) {
+		f.kube.PrependReactor("create", "events", func(k8stesting.Action) (bool, runtime.Object, error) {
+			if refuse.Load() {
+				return true, nil, apierrors.NewServiceUnavailable("events are down")
+			}
+			return false, nil, nil
+		})
+	}, failedStage())
+	waitUntil(t, func() bool { r := f.record("prod"); return len(r.Pauses) == 1 })
+	name := f.record("prod").Pauses[0]
+	if err := f.client.Resource(v1alpha1.StagePausesResource).Namespace("shop").Delete(context.Background(), name, metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitUntil(t, func() bool { r := f.record("prod"); return len(r.Pauses) == 0 && r.PausedBy == nil })
+	if n := len(f.stagePausedEvents()); n != 0 {
+		t.Fatalf("%d StagePaused Events while every create is refused", n)
+	}
+	refuse.Store(false)
+	waitUntil(t, func() bool { return len(f.stagePausedEvents()) == 1 })
+	if e := f.stagePausedEvents()[0]; !strings.Contains(e.Message, name) {
+		t.Errorf("StagePaused Event says %q, want it to name %s", e.Message, name)
+	}
+}
+
+// A replica that leads again may cache a Stage behind what another leader
+// wrote meanwhile: each term forgets what this replica wrote, so that its
+// first failure per Stage is judged on the Stage as the server has it.
+func TestNewTermForgetsWhatThisReplicaWrote(t *testing.T) {
+	ms := newMemos()
+	m := ms.get(cache.NewObjectName("shop", "prod"))
+	if m.writtenState != unknownWrites {
+		t.Fatalf("a new memo's writtenState is %q, want unknownWrites", m.writtenState)
+	}
+	m.writtenState, m.announced = `{"version":1}`, "hold\x00uid"
+	ms.newTerm()
+	if m.writtenState != unknownWrites || m.announced != "" {
+		t.Errorf("after a new term: writtenState %q, announced %q; want unknownWrites and none", m.writtenState, m.announced)
+	}
+}

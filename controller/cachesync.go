@@ -1,0 +1,195 @@
+package controller
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/klog/v2"
+
+	"github.com/kargo-latch/kargo-latch/api/v1alpha1"
+)
+
+// A cache that cannot list never syncs, and client-go retries forever with
+// only a generic "Failed to watch" line. The usual causes are installation
+// faults that only a person can fix: a CRD that is not installed (the API
+// server answers 404 for its resource) and a missing RBAC right (403). So
+// each informer's list and watch errors are diagnosed here, and the
+// diagnosis is said at once in the log, on /readyz while the caches are not
+// synced, and in the error Start returns when they have not synced in time.
+
+// problemLogInterval is how often one cache's unchanged problem is logged
+// again at error level; the reflector retries every 0.8s to 30s.
+const problemLogInterval = time.Minute
+
+// watchedCache is one informer's cache, named for people: the resource and
+// the namespace it lists.
+type watchedCache struct {
+	name   string
+	synced cache.InformerSynced
+}
+
+// cacheProblems holds the last diagnosed list or watch failure of each
+// cache, by cache name.
+type cacheProblems struct {
+	mu      sync.Mutex
+	byCache map[string]cacheProblem
+}
+
+type cacheProblem struct {
+	text   string
+	logged time.Time
+}
+
+// record notes a cache's problem and reports whether to log it at error
+// level: it is new, changed, or was last logged a while ago.
+func (p *cacheProblems) record(name, text string, now time.Time) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.byCache == nil {
+		p.byCache = map[string]cacheProblem{}
+	}
+	prev, seen := p.byCache[name]
+	if seen && prev.text == text && now.Sub(prev.logged) < problemLogInterval {
+		return false
+	}
+	p.byCache[name] = cacheProblem{text: text, logged: now}
+	return true
+}
+
+func (p *cacheProblems) of(name string) string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.byCache[name].text
+}
+
+// cacheName names the cache of gvr listed in namespace ns ("" for all).
+func cacheName(gvr schema.GroupVersionResource, ns string) string {
+	if ns == "" {
+		return gvr.GroupResource().String() + " in all namespaces"
+	}
+	return gvr.GroupResource().String() + " in namespace " + ns
+}
+
+// watchErrorHandler diagnoses the list and watch errors of the informer of
+// gvr in namespace ns. Errors it cannot explain go to client-go's default
+// handler, which logs them as before.
+func (c *Controller) watchErrorHandler(gvr schema.GroupVersionResource, ns string) cache.WatchErrorHandlerWithContext {
+	name := cacheName(gvr, ns)
+	return func(ctx context.Context, r *cache.Reflector, err error) {
+		text, known := diagnose(gvr, name, err)
+		if !known {
+			cache.DefaultWatchErrorHandler(ctx, r, err)
+		}
+		if c.problems.record(name, text, c.clock.Now()) && known {
+			klog.FromContext(ctx).Error(err, "Cannot list or watch "+name+": "+text,
+				"resource", gvr.GroupResource().String(), "namespace", ns)
+		}
+	}
+}
+
+// diagnose says what an informer's list or watch error means and how to fix
+// it; known is false for errors it has no advice for.
+func diagnose(gvr schema.GroupVersionResource, cacheName string, err error) (text string, known bool) {
+	gr := gvr.GroupResource().String()
+	served := gvr.GroupVersion().String() + " " + gvr.Resource
+	switch {
+	case apierrors.IsNotFound(err) && gvr.Group == v1alpha1.GroupVersion.Group:
+		return fmt.Sprintf("the StagePause CRD %s is not installed (the API server does not serve %s); install it: kubectl apply -k manifests/crds (part of manifests/default)",
+			gr, served), true
+	case apierrors.IsNotFound(err):
+		return fmt.Sprintf("Kargo's CRD %s is not installed (the API server does not serve %s); install Kargo first",
+			gr, served), true
+	case apierrors.IsForbidden(err):
+		return fmt.Sprintf("kargo-latch's identity may not list and watch %s (%s); grant its ServiceAccount get, list and watch on %s, as the shipped ClusterRole kargo-latch does (manifests/base/operator-rbac.yaml)",
+			cacheName, statusMessage(err), gr), true
+	case apierrors.IsUnauthorized(err):
+		return fmt.Sprintf("the API server rejected kargo-latch's credentials listing %s (401 Unauthorized); check its ServiceAccount token or --kubeconfig", cacheName), true
+	}
+	return fmt.Sprintf("listing or watching %s failed: %v", cacheName, err), false
+}
+
+// statusMessage is the API server's own words in err, which name the
+// identity and the verb refused.
+func statusMessage(err error) string {
+	var status apierrors.APIStatus
+	if errors.As(err, &status) && status.Status().Message != "" {
+		return status.Status().Message
+	}
+	return err.Error()
+}
+
+// HasSynced reports whether every informer has synced.
+func (c *Controller) HasSynced() bool {
+	for _, wc := range c.caches {
+		if !wc.synced() {
+			return false
+		}
+	}
+	return true
+}
+
+// Ready returns nil once Start has seen every informer synced, else why
+// not: the diagnosed problem of each cache not synced, when there is one.
+// It turns ready together with kargo_latch_cache_synced.
+func (c *Controller) Ready() error {
+	if c.cachesSynced.Load() {
+		return nil
+	}
+	if problems := c.unsyncedProblems(); problems != "" {
+		return errors.New("informer caches not synced: " + problems)
+	}
+	return errors.New("informer caches not synced yet")
+}
+
+// unsyncedProblems lists the problems of the caches not synced.
+func (c *Controller) unsyncedProblems() string {
+	var problems []string
+	for _, wc := range c.caches {
+		if text := c.problems.of(wc.name); text != "" && !wc.synced() {
+			problems = append(problems, text)
+		}
+	}
+	slices.Sort(problems)
+	return strings.Join(slices.Compact(problems), "; ")
+}
+
+// waitForCaches waits until every informer has synced. When they have not
+// after the configured CacheSyncTimeout and a list or watch error says why
+// (a missing CRD or right), it gives up with that reason, so the Pod
+// crash-loops visibly; with no error reported, the caches are only slow (a
+// big cluster, a loaded API server): it says so and keeps waiting.
+func (c *Controller) waitForCaches(ctx context.Context) error {
+	c.cfg.Metrics.CacheSynced.Set(0)
+	synced := make([]cache.InformerSynced, len(c.caches))
+	for i, wc := range c.caches {
+		synced[i] = wc.synced
+	}
+	for waited := time.Duration(0); ; waited += c.cfg.CacheSyncTimeout {
+		waitCtx, cancel := ctx, context.CancelFunc(func() {})
+		if c.cfg.CacheSyncTimeout > 0 {
+			waitCtx, cancel = context.WithTimeout(ctx, c.cfg.CacheSyncTimeout)
+		}
+		ok := cache.WaitForNamedCacheSyncWithContext(waitCtx, synced...)
+		cancel()
+		if ok {
+			c.cfg.Metrics.CacheSynced.Set(1)
+			c.cachesSynced.Store(true)
+			return nil
+		}
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		if why := c.unsyncedProblems(); why != "" {
+			return fmt.Errorf("informer caches did not sync within %v: %s", waited+c.cfg.CacheSyncTimeout, why)
+		}
+		klog.FromContext(ctx).Info("Informer caches still syncing, with no list or watch error reported; waiting on", "after", waited+c.cfg.CacheSyncTimeout)
+	}
+}

@@ -1,0 +1,261 @@
+package controller
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"strings"
+	"sync"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/klog/v2"
+
+	"github.com/kargo-latch/kargo-latch/api/v1alpha1"
+	"github.com/kargo-latch/kargo-latch/kargo"
+)
+
+// ReasonGateBypassed is the Warning on a Stage when an auto-promotion to it
+// was created while a StagePause covered it: the pause gate did not stop it.
+const ReasonGateBypassed = "GateBypassed"
+
+// The pause gate (manifests/components/pause-gate) matches one requester
+// only, Kargo's controller ServiceAccount as the policy names it. When
+// Kargo's controller runs as another identity, the gate fails open, and
+// silently: Kubernetes reports nothing. The operator sees the result, an
+// auto-promotion that exists although a pause covered its Stage when it was
+// created, and says so once per Promotion: a Warning GateBypassed on the
+// Stage and kargo_latch_gate_bypassed_total{project,stage}.
+//
+// Once per Promotion, also across restarts and replicas: the Event's name
+// derives from the Promotion's UID and is written directly (as eventOnce
+// does), so a second try, by this process, a restarted one or the other
+// replica, finds it there (AlreadyExists) and neither warns nor counts.
+// Events expire (kube-apiserver's --event-ttl, 1h by default), so only
+// Promotions younger than bypassHorizon are judged: their Event, made when
+// they were first seen, outlives that age. A Promotion first seen older than
+// that (the operator was down for its first bypassHorizon) is not reported;
+// the next bypass will be.
+//
+// Why not "only Promotions not yet terminal": a restarted operator would warn
+// again for a bypass still Pending or Running, and would never report one
+// that Kargo finished while the operator was down (promotions take seconds).
+//
+// Every replica judges (the informers run on standbys too), so a bypass
+// made while no replica led is not missed; the Event's name keeps it one.
+// The counter counts on the replica whose Create made the Event, so a sum
+// over replicas counts each bypass once.
+
+// bypassHorizon bounds the age of the Promotions judged: below the default
+// Event TTL of kube-apiserver (1h), with room for clock skew between the
+// operator and the API server.
+const bypassHorizon = 50 * time.Minute
+
+// bypassSyncWait bounds how long a Promotion seen before the caches synced
+// waits for them: a judgement needs every pause of the project.
+const bypassSyncWait = time.Minute
+
+// bypassWatch is one Controller's gate-bypass state: a FIFO of Promotions to
+// judge off the informer's goroutine (a report is an API call), and the
+// Promotions this process reported, so that it tries each only once.
+type bypassWatch struct {
+	mu       sync.Mutex
+	reported map[types.UID]time.Time // reported → creation time; pruned past bypassHorizon
+	queued   map[types.UID]bool
+	queue    []*kargo.Promotion
+	running  bool
+}
+
+func newBypassWatch() *bypassWatch {
+	return &bypassWatch{reported: map[types.UID]time.Time{}, queued: map[types.UID]bool{}}
+}
+
+// watchGateBypass is called with every Promotion the informer delivers. It
+// never blocks on the API server: most Promotions are judged here from the
+// caches and dismissed; a bypass, or a Promotion delivered before the
+// caches synced, goes to a goroutine that reports it.
+func (c *Controller) watchGateBypass(obj any) {
+	p, ok := obj.(*kargo.Promotion)
+	// A --dry-run shadow reports nothing here: it would take the real
+	// operator's once-only Event, and its count, from it.
+	if !ok || c.cfg.DryRun || !bypassCandidate(p, c.clock.Now()) {
+		return
+	}
+	w := c.bypass
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if _, done := w.reported[p.UID]; done || w.queued[p.UID] {
+		return
+	}
+	if c.HasSynced() && len(c.pausesCovering(p)) == 0 {
+		return
+	}
+	w.queued[p.UID] = true
+	w.queue = append(w.queue, p)
+	if !w.running {
+		w.running = true
+		go c.runBypassWatch(w)
+	}
+}
+
+// bypassCandidate: an auto-promotion for a Stage, young enough to judge.
+func bypassCandidate(p *kargo.Promotion, now time.Time) bool {
+	return p.Stage != "" && p.AutoPromotion() && !p.CreationTimestamp.IsZero() &&
+		now.Sub(p.CreationTimestamp.Time) <= bypassHorizon
+}
+
+// GateBypassMargin is how much older than a Promotion a pause must be for the
+// Promotion to count as a bypass. Creation times have whole seconds, and the
+// API server's admission-policy parameter cache (one per API server) may
+// learn of a new pause a moment after it is made: a Promotion admitted in
+// that moment is no misconfigured gate, and must not page anyone.
+const GateBypassMargin = 5 * time.Second
+
+// pausesCovering lists the cached StagePauses that covered p's Stage when p
+// was created: in p's project, naming its Stage or "*", not being deleted,
+// and created at least GateBypassMargin before p.
+func (c *Controller) pausesCovering(p *kargo.Promotion) []*v1alpha1.StagePause {
+	return coveringAt(c.pausesIn(p.Namespace), p)
+}
+
+// coveringAt is pausesCovering over the pauses of p's project.
+func coveringAt(pauses []*v1alpha1.StagePause, p *kargo.Promotion) []*v1alpha1.StagePause {
+	var out []*v1alpha1.StagePause
+	for _, sp := range inForce(pauses, p.Stage) {
+		if !sp.CreationTimestamp.Add(GateBypassMargin).After(p.CreationTimestamp.Time) {
+			out = append(out, sp)
+		}
+	}
+	return out
+}
+
+// runBypassWatch judges and reports the queued Promotions in order, and
+// ends when the queue is empty.
+func (c *Controller) runBypassWatch(w *bypassWatch) {
+	logger := klog.Background().WithName("gate-bypass")
+	for {
+		w.mu.Lock()
+		if len(w.queue) == 0 {
+			w.running = false
+			w.mu.Unlock()
+			return
+		}
+		p := w.queue[0]
+		w.queue[0] = nil
+		w.queue = w.queue[1:]
+		w.mu.Unlock()
+
+		err := c.judgeGateBypass(logger, p)
+
+		w.mu.Lock()
+		delete(w.queued, p.UID)
+		if err == nil {
+			now := c.clock.Now()
+			for uid, created := range w.reported {
+				if now.Sub(created) > bypassHorizon {
+					delete(w.reported, uid)
+				}
+			}
+		}
+		w.mu.Unlock()
+		if err != nil {
+			// The next event of the Promotion, at the latest the informer's
+			// resync, tries again.
+			logger.Error(err, "Could not report a bypassed pause gate", "promotion", klog.KObj(p))
+		}
+	}
+}
+
+// judgeGateBypass reports p if pauses covered its Stage when it was
+// created, and marks it reported.
+func (c *Controller) judgeGateBypass(logger klog.Logger, p *kargo.Promotion) error {
+	// Real time, not c.clock: a fake clock must not move by this wait.
+	deadline := time.Now().Add(bypassSyncWait)
+	for !c.HasSynced() {
+		if time.Now().After(deadline) {
+			return fmt.Errorf("caches not synced after %v", bypassSyncWait)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	pauses := c.pausesCovering(p)
+	if len(pauses) == 0 {
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	created, err := c.reportGateBypass(ctx, p, pauses)
+	if err != nil {
+		return err
+	}
+	w := c.bypass
+	w.mu.Lock()
+	w.reported[p.UID] = p.CreationTimestamp.Time
+	w.mu.Unlock()
+	if created {
+		c.cfg.Metrics.GateBypassed.WithLabelValues(p.Namespace, p.Stage).Inc()
+		logger.Info("An auto-promotion passed the pause gate", "promotion", klog.KObj(p), "stage", p.Stage, "pause", pauses[0].Name)
+	}
+	return nil
+}
+
+// reportGateBypass writes the GateBypassed Event of p, and reports whether
+// this call made it (false: it was there).
+func (c *Controller) reportGateBypass(ctx context.Context, p *kargo.Promotion, pauses []*v1alpha1.StagePause) (bool, error) {
+	stage := &kargo.Stage{}
+	if s, ok, err := c.stageByKey(cache.NewObjectName(p.Namespace, p.Stage)); err == nil && ok {
+		stage = s
+	}
+	names := make([]string, len(pauses))
+	for i, sp := range pauses {
+		names[i] = fmt.Sprintf("%s (reason %s)", sp.Name, sp.EffectiveReason())
+	}
+	msg := fmt.Sprintf("Auto-promotion %s was created at %s while StagePause %s covered the Stage: the pause gate did not stop it. "+
+		"The ValidatingAdmissionPolicy kargo-latch-pause-gate gates only the requester it names "+
+		"(system:serviceaccount:kargo:kargo-controller unless patched); if Kargo's controller runs as another identity, "+
+		"patch the policy (runbook KargoLatchGateBypassed)",
+		p.Name, p.CreationTimestamp.UTC().Format(time.RFC3339), strings.Join(names, ", "))
+	now := metav1.NewTime(c.clock.Now())
+	ev := &corev1.Event{
+		ObjectMeta: metav1.ObjectMeta{Name: gateBypassEventName(p), Namespace: p.Namespace},
+		InvolvedObject: corev1.ObjectReference{
+			APIVersion: kargo.GroupVersion.String(), Kind: "Stage",
+			Namespace: p.Namespace, Name: p.Stage, UID: stage.UID,
+		},
+		Related: &corev1.ObjectReference{
+			APIVersion: kargo.GroupVersion.String(), Kind: "Promotion",
+			Namespace: p.Namespace, Name: p.Name, UID: p.UID,
+		},
+		Reason: ReasonGateBypassed, Message: truncate(msg, 1024), Type: corev1.EventTypeWarning,
+		Source:         corev1.EventSource{Component: FieldManager},
+		FirstTimestamp: now, LastTimestamp: now, Count: 1,
+	}
+	_, err := c.cfg.Kube.CoreV1().Events(p.Namespace).Create(ctx, ev, metav1.CreateOptions{})
+	switch {
+	case apierrors.IsAlreadyExists(err):
+		return false, nil
+	case err != nil:
+		return false, fmt.Errorf("recording %s for Promotion %s: %w", ReasonGateBypassed, p.Name, err)
+	}
+	return true, nil
+}
+
+// gateBypassEventName derives the Event's name from the Promotion alone
+// (its UID: a Promotion deleted and made again under its name is another
+// Promotion), so every replica and restart finds the same one.
+func gateBypassEventName(p *kargo.Promotion) string {
+	id := string(p.UID)
+	if id == "" {
+		id = p.Namespace + "/" + p.Name
+	}
+	sum := sha256.Sum256([]byte(id))
+	prefix := p.Stage
+	if len(prefix) > 200 {
+		prefix = prefix[:200]
+	}
+	return prefix + ".gatebypassed." + hex.EncodeToString(sum[:8])
+}
