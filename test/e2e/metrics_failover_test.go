@@ -100,6 +100,7 @@ func TestGaugesAfterFailoverResume(t *testing.T) {
 		return scraped && paused == 0 && latched == 1
 	})
 	t.Logf("the old leader exported the resume %v after it ran on", time.Since(continued).Round(time.Millisecond))
+	exported := time.Now()
 	if holder := lease(); holder == oldLeader {
 		t.Errorf("the old leader holds the Lease again; the test needs it without")
 	}
@@ -108,8 +109,11 @@ func TestGaugesAfterFailoverResume(t *testing.T) {
 	// it was frozen, and are back), and the alert's expression over both
 	// replicas finds no paused Stage.
 	oldInstance := hostPort(oldURL)
+	// A scrape after the old leader exported the resume: one right after
+	// SIGCONT may still hold its view from before the freeze.
 	waitFor(t, "Prometheus to scrape the old leader again", func() bool {
-		return len(prom.query(t, fmt.Sprintf(`kargo_latch_stage_phase{instance=%q,project=%q,stage="prod",phase="Latched"} == 1`, oldInstance, ns))) == 1
+		return len(prom.query(t, fmt.Sprintf(`timestamp(kargo_latch_stage_phase{instance=%q,project=%q,stage="prod",phase="Latched"} == 1) > %d`,
+			oldInstance, ns, exported.Unix()+1))) == 1
 	})
 	if got := prom.query(t, fmt.Sprintf(`max by (project, stage, reason) (kargo_latch_stage_paused{project=%q}) == 1`, ns)); len(got) != 0 {
 		t.Errorf("KargoStagePaused's expression finds %v after the old leader's scrape, want nothing", got)
