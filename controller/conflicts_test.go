@@ -1,27 +1,19 @@
 package controller
 
 import (
-	"context"
 	"fmt"
 	"testing"
-	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
-	dynamicfake "k8s.io/client-go/dynamic/fake"
-	kubefake "k8s.io/client-go/kubernetes/fake"
 	k8stesting "k8s.io/client-go/testing"
-	"k8s.io/client-go/tools/record"
 	"k8s.io/klog/v2"
 	"k8s.io/klog/v2/ktesting"
 
-	"github.com/kargo-latch/kargo-latch/api/v1alpha1"
-	"github.com/kargo-latch/kargo-latch/kargo"
 	"github.com/kargo-latch/kargo-latch/latch"
-	"github.com/kargo-latch/kargo-latch/metrics"
 )
 
 // TestWriteConflictIsARetryNotAnError: Kargo writing a Stage's status
@@ -98,34 +90,8 @@ func failStagePatches(n int, err func() error) func(*fixture) {
 // the test can read.
 func newLoggedFixture(t *testing.T, setup func(*fixture), objects ...*unstructured.Unstructured) (*fixture, ktesting.Buffer) {
 	t.Helper()
-	objs := make([]runtime.Object, len(objects))
-	for i, o := range objects {
-		objs[i] = o
-	}
-	f := &fixture{t: t, recorder: record.NewFakeRecorder(100), reg: prometheus.NewRegistry(), kube: kubefake.NewClientset()}
-	f.client = dynamicfake.NewSimpleDynamicClientWithCustomListKinds(runtime.NewScheme(), map[schema.GroupVersionResource]string{
-		kargo.StagesResource:         "StageList",
-		kargo.PromotionsResource:     "PromotionList",
-		v1alpha1.StagePausesResource: "StagePauseList",
-		kargo.FreightsResource:       "FreightList",
-	}, objs...)
-	setup(f)
-	c, err := New(Config{
-		Dynamic:  f.client,
-		Kube:     f.kube,
-		Recorder: f.recorder,
-		Defaults: latch.Settings{LatchDeadline: time.Minute, DegradedGrace: time.Minute},
-		Metrics:  metrics.New(f.reg, "test"),
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
 	logger := ktesting.NewLogger(t, ktesting.NewConfig(ktesting.BufferLogs(true)))
-	ctx, cancel := context.WithCancel(klog.NewContext(context.Background(), logger))
-	done := make(chan struct{})
-	go func() { defer close(done); _ = c.Run(ctx) }()
-	t.Cleanup(func() { cancel(); <-done })
-	return f, logger.GetSink().(ktesting.Underlier).GetBuffer()
+	return startFixture(t, false, setup, logger, objects...), logger.GetSink().(ktesting.Underlier).GetBuffer()
 }
 
 // unlabeledCounter reads an unlabeled counter from reg.

@@ -16,6 +16,7 @@ import (
 	kubefake "k8s.io/client-go/kubernetes/fake"
 	k8stesting "k8s.io/client-go/testing"
 	"k8s.io/client-go/tools/record"
+	"k8s.io/klog/v2"
 	"k8s.io/klog/v2/ktesting"
 
 	"github.com/kargo-latch/kargo-latch/api/v1alpha1"
@@ -44,6 +45,13 @@ func newFixture(t *testing.T, dryRun bool, stages ...*unstructured.Unstructured)
 // newFixtureWith is newFixture over any objects (Stages, Freight), with a
 // hook that may add reactors before the controller starts.
 func newFixtureWith(t *testing.T, dryRun bool, setup func(*fixture), objects ...*unstructured.Unstructured) *fixture {
+	t.Helper()
+	logger, _ := ktesting.NewTestContext(t)
+	return startFixture(t, dryRun, setup, logger, objects...)
+}
+
+// startFixture is newFixtureWith logging to logger.
+func startFixture(t *testing.T, dryRun bool, setup func(*fixture), logger klog.Logger, objects ...*unstructured.Unstructured) *fixture {
 	t.Helper()
 	objs := make([]runtime.Object, len(objects))
 	for i, s := range objects {
@@ -82,8 +90,7 @@ func newFixtureWith(t *testing.T, dryRun bool, setup func(*fixture), objects ...
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, ctx := ktesting.NewTestContext(t)
-	ctx, cancel := context.WithCancel(ctx)
+	ctx, cancel := context.WithCancel(klog.NewContext(context.Background(), logger))
 	done := make(chan struct{})
 	go func() { defer close(done); _ = c.Run(ctx) }()
 	t.Cleanup(func() { cancel(); <-done })

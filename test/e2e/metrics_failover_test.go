@@ -1,15 +1,9 @@
 package e2e
 
 import (
-	"encoding/json"
 	"fmt"
 	"net/http"
 	"net/url"
-	"os"
-	"os/exec"
-	"path/filepath"
-	"strconv"
-	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -43,7 +37,7 @@ func TestGaugesAfterFailoverResume(t *testing.T) {
 	waitFor(t, "the first replica to take the Lease", func() bool { return lease() != "" })
 	oldLeader := lease()
 	_, newURL := startMetricsProcess(t, ns, args...)
-	prom := startPrometheusOn(t, hostPort(oldURL), hostPort(newURL))
+	prom := startPrometheus(t, hostPort(oldURL), hostPort(newURL))
 
 	s := env.createStage(t, ns, "prod", nil)
 	promoteAndLatch(t, s)
@@ -129,73 +123,4 @@ func hostPort(metricsURL string) string {
 		panic(err)
 	}
 	return u.Host
-}
-
-// startPrometheusOn is startPrometheus over several targets.
-func startPrometheusOn(t *testing.T, targets ...string) *promServer {
-	t.Helper()
-	bin, err := exec.LookPath("prometheus")
-	if err != nil {
-		t.Fatal("the prometheus binary is missing: apt-get install prometheus (.ci/run does)")
-	}
-	dir := t.TempDir()
-	quoted := make([]string, len(targets))
-	for i, target := range targets {
-		quoted[i] = strconv.Quote(target)
-	}
-	cfg := fmt.Sprintf(`global:
-  scrape_interval: 1s
-  evaluation_interval: 1s
-rule_files: [%q]
-scrape_configs:
-- job_name: kargo-latch
-  static_configs:
-  - targets: [%s]
-`, filepath.Join(env.cluster.Root, "manifests", "prometheus", "rules.yaml"), strings.Join(quoted, ", "))
-	must(t, os.WriteFile(filepath.Join(dir, "prometheus.yml"), []byte(cfg), 0o600))
-	port := freePort(t)
-	log, err := os.Create(filepath.Join(dir, "prometheus.log"))
-	must(t, err)
-	cmd := exec.Command(bin, "--config.file="+filepath.Join(dir, "prometheus.yml"),
-		"--storage.tsdb.path="+filepath.Join(dir, "data"),
-		"--web.listen-address=127.0.0.1:"+strconv.Itoa(port), "--log.level=warn")
-	cmd.Stdout, cmd.Stderr = log, log
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	must(t, cmd.Start())
-	t.Cleanup(func() {
-		_ = cmd.Process.Kill()
-		_ = cmd.Wait()
-		if t.Failed() {
-			b, _ := os.ReadFile(log.Name())
-			t.Logf("prometheus log:\n%s", b)
-		}
-	})
-	p := &promServer{url: fmt.Sprintf("http://127.0.0.1:%d", port)}
-	waitFor(t, "Prometheus to scrape every target", func() bool {
-		code, body, err := httpGet(p.url + "/api/v1/query?query=" + url.QueryEscape(`count(up == 1)`))
-		return err == nil && code == http.StatusOK && strings.Contains(string(body), fmt.Sprintf(`"%d"]`, len(targets)))
-	})
-	return p
-}
-
-// query runs an instant query and returns the labels of each sample.
-func (p *promServer) query(t *testing.T, q string) []map[string]string {
-	t.Helper()
-	code, body, err := httpGet(p.url + "/api/v1/query?query=" + url.QueryEscape(q))
-	if err != nil || code != http.StatusOK {
-		t.Fatalf("query %s: %d %v %s", q, code, err, body)
-	}
-	var resp struct {
-		Data struct {
-			Result []struct {
-				Metric map[string]string `json:"metric"`
-			} `json:"result"`
-		} `json:"data"`
-	}
-	must(t, json.Unmarshal(body, &resp))
-	out := make([]map[string]string, len(resp.Data.Result))
-	for i, r := range resp.Data.Result {
-		out[i] = r.Metric
-	}
-	return out
 }

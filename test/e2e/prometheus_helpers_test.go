@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -109,13 +110,19 @@ type promServer struct {
 	url string
 }
 
-func startPrometheus(t *testing.T, target string) *promServer {
+// startPrometheus runs a real Prometheus with the shipped rules, scraping
+// targets every second, and returns once it scrapes every one of them.
+func startPrometheus(t *testing.T, targets ...string) *promServer {
 	t.Helper()
 	bin, err := exec.LookPath("prometheus")
 	if err != nil {
 		t.Fatal("the prometheus binary is missing: apt-get install prometheus (.ci/run does)")
 	}
 	dir := t.TempDir()
+	quoted := make([]string, len(targets))
+	for i, target := range targets {
+		quoted[i] = strconv.Quote(target)
+	}
 	cfg := fmt.Sprintf(`global:
   scrape_interval: 1s
   evaluation_interval: 1s
@@ -123,8 +130,8 @@ rule_files: [%q]
 scrape_configs:
 - job_name: kargo-latch
   static_configs:
-  - targets: [%q]
-`, filepath.Join(env.cluster.Root, "manifests", "prometheus", "rules.yaml"), target)
+  - targets: [%s]
+`, filepath.Join(env.cluster.Root, "manifests", "prometheus", "rules.yaml"), strings.Join(quoted, ", "))
 	must(t, os.WriteFile(filepath.Join(dir, "prometheus.yml"), []byte(cfg), 0o600))
 	port := freePort(t)
 	log, err := os.Create(filepath.Join(dir, "prometheus.log"))
@@ -144,9 +151,9 @@ scrape_configs:
 		}
 	})
 	p := &promServer{url: fmt.Sprintf("http://127.0.0.1:%d", port)}
-	waitFor(t, "Prometheus to scrape the operator", func() bool {
-		code, body, err := httpGet(p.url + "/api/v1/query?query=up")
-		return err == nil && code == http.StatusOK && strings.Contains(string(body), `"value":[`) && strings.Contains(string(body), `"1"]`)
+	waitFor(t, "Prometheus to scrape every target", func() bool {
+		code, body, err := httpGet(p.url + "/api/v1/query?query=" + url.QueryEscape(`count(up == 1)`))
+		return err == nil && code == http.StatusOK && strings.Contains(string(body), fmt.Sprintf(`"%d"]`, len(targets)))
 	})
 	return p
 }
@@ -189,4 +196,26 @@ func (p *promServer) firing(t *testing.T, name string, match map[string]string) 
 		}
 	}
 	return nil
+}
+
+// query runs an instant query and returns the labels of each sample.
+func (p *promServer) query(t *testing.T, q string) []map[string]string {
+	t.Helper()
+	code, body, err := httpGet(p.url + "/api/v1/query?query=" + url.QueryEscape(q))
+	if err != nil || code != http.StatusOK {
+		t.Fatalf("query %s: %d %v %s", q, code, err, body)
+	}
+	var resp struct {
+		Data struct {
+			Result []struct {
+				Metric map[string]string `json:"metric"`
+			} `json:"result"`
+		} `json:"data"`
+	}
+	must(t, json.Unmarshal(body, &resp))
+	out := make([]map[string]string, len(resp.Data.Result))
+	for i, r := range resp.Data.Result {
+		out[i] = r.Metric
+	}
+	return out
 }

@@ -54,14 +54,7 @@ func TestResumeIsNeverUndoneAcrossACrash(t *testing.T) {
 	lift := denyOperatorStageWrites(t, ns, prod)
 	_, err := prod.FinishPromotion(ctx, "Failed")
 	must(t, err)
-	var x string
-	waitFor(t, "the failure's pause", func() bool {
-		pauses := env.listPauses(t, ns)
-		if len(pauses) == 1 {
-			x = pauses[0].GetName()
-		}
-		return x != ""
-	})
+	x := waitFailurePause(t, ns)
 	op.kill()
 	must(t, deletePause(env.lead, ns, x))
 	waitGate(t, ns, prod.Name, false)
@@ -81,17 +74,7 @@ func failAndResumeWhileDenied(t *testing.T, ns string, prod *driver.Stage) strin
 	t.Helper()
 	_, err := prod.FinishPromotion(ctx, "Failed")
 	must(t, err)
-	var x string
-	waitFor(t, "the failure's pause", func() bool {
-		pauses := env.listPauses(t, ns)
-		if len(pauses) == 1 {
-			x = pauses[0].GetName()
-			if !slices.Contains(pauses[0].GetFinalizers(), v1alpha1.ResumeFinalizer) {
-				t.Errorf("the failure's pause has finalizers %v, want %s", pauses[0].GetFinalizers(), v1alpha1.ResumeFinalizer)
-			}
-		}
-		return x != ""
-	})
+	x := waitFailurePause(t, ns)
 	waitGate(t, ns, prod.Name, true)
 	// The fault bites: the record that names the pause is not stored.
 	if r := stageRecord(t, prod); r.Phase != latch.PhaseLatched || r.Failure != nil {
@@ -105,6 +88,24 @@ func failAndResumeWhileDenied(t *testing.T, ns string, prod *driver.Stage) strin
 	if held.GetDeletionTimestamp() == nil {
 		t.Fatalf("pause %s is not being deleted", x)
 	}
+	return x
+}
+
+// waitFailurePause waits for the one StagePause of ns, a failure's, checks
+// that it carries the resume finalizer, and returns its name.
+func waitFailurePause(t *testing.T, ns string) string {
+	t.Helper()
+	var x string
+	waitFor(t, "the failure's pause", func() bool {
+		pauses := env.listPauses(t, ns)
+		if len(pauses) == 1 {
+			x = pauses[0].GetName()
+			if !slices.Contains(pauses[0].GetFinalizers(), v1alpha1.ResumeFinalizer) {
+				t.Errorf("the failure's pause has finalizers %v, want %s", pauses[0].GetFinalizers(), v1alpha1.ResumeFinalizer)
+			}
+		}
+		return x != ""
+	})
 	return x
 }
 
