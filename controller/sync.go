@@ -3,7 +3,6 @@ package controller
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"time"
 
@@ -185,8 +184,8 @@ var phaseNames = func() []string {
 // one then touches nothing of the Stage, and says so once.
 func (c *Controller) leftAlone(stage *kargo.Stage, m *memo) bool {
 	value := stage.Annotations[StateAnnotation]
-	var newer *latch.NewerVersionError
-	if _, err := latch.Decode(value); !errors.As(err, &newer) {
+	newer := latch.NewerVersion(value)
+	if newer == nil {
 		return false
 	}
 	if warnOnce(&m.badState, value) {

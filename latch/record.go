@@ -2,9 +2,11 @@ package latch
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"maps"
 	"slices"
+	"strings"
 	"time"
 )
 
@@ -177,6 +179,23 @@ func (r Record) Encode() string {
 		panic(fmt.Sprintf("latch: encoding record: %v", err))
 	}
 	return string(b)
+}
+
+// currentPrefix starts every record this version encodes (the version is
+// the first field of the canonical encoding).
+var currentPrefix = fmt.Sprintf(`{"version":%d,`, RecordVersion)
+
+// NewerVersion reports, without a full decode for the records this version
+// writes, whether value is a record of a newer version.
+func NewerVersion(value string) *NewerVersionError {
+	if value == "" || strings.HasPrefix(value, currentPrefix) {
+		return nil
+	}
+	var newer *NewerVersionError
+	if _, err := Decode(value); errors.As(err, &newer) {
+		return newer
+	}
+	return nil
 }
 
 // Decode parses an annotation value. An empty value is the zero Record. A

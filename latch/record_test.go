@@ -38,6 +38,11 @@ func TestDecodeVersions(t *testing.T) {
 	if r, err := Decode(unversioned); err != nil || r.Phase != PhaseLatched {
 		t.Errorf("a record without a version: %+v, %v; want it read as version 1", r.Phase, err)
 	}
+	for _, value := range []string{latched().Encode(), unversioned, "", "garbage"} {
+		if newer := NewerVersion(value); newer != nil {
+			t.Errorf("NewerVersion(%.30s) = %v, want nil", value, newer)
+		}
+	}
 	for name, value := range map[string]string{
 		"known shape":          strings.Replace(latched().Encode(), `"version":1,`, `"version":2,`, 1),
 		"unknown phase":        `{"version":2,"phase":"Hyperlatched","promotedAt":"2026-11-29T10:00:00Z"}`,
@@ -48,6 +53,9 @@ func TestDecodeVersions(t *testing.T) {
 			var newer *NewerVersionError
 			if !errors.As(err, &newer) || newer.Version < 2 {
 				t.Errorf("Decode = %v; want a NewerVersionError", err)
+			}
+			if NewerVersion(value) == nil {
+				t.Error("NewerVersion = nil for a newer record")
 			}
 		})
 	}
