@@ -121,9 +121,8 @@ func (s *stageStates) summary(stage *kargo.Stage) recordSummary {
 	key := cache.ObjectName{Namespace: stage.Namespace, Name: stage.Name}
 	r, ok := s.records[key]
 	if !ok || r.resourceVersion != stage.ResourceVersion {
-		value := stage.Annotations[StateAnnotation]
-		if hash := maphash.String(s.seed, value); !ok || r.hash != hash {
-			r = summarize(value)
+		if hash := stage.State.Hash(s.seed); !ok || r.hash != hash {
+			r = summarize(stage.State.Value())
 			r.hash = hash
 		}
 		r.resourceVersion = stage.ResourceVersion

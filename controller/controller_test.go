@@ -15,6 +15,7 @@ import (
 	dynamicfake "k8s.io/client-go/dynamic/fake"
 	kubefake "k8s.io/client-go/kubernetes/fake"
 	k8stesting "k8s.io/client-go/testing"
+	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/record"
 	"k8s.io/klog/v2"
 	"k8s.io/klog/v2/ktesting"
@@ -35,6 +36,7 @@ type fixture struct {
 	recorder *record.FakeRecorder
 	patches  atomic.Int64
 	reg      *prometheus.Registry
+	c        *Controller
 }
 
 func newFixture(t *testing.T, dryRun bool, stages ...*unstructured.Unstructured) *fixture {
@@ -90,6 +92,7 @@ func startFixture(t *testing.T, dryRun bool, setup func(*fixture), logger klog.L
 	if err != nil {
 		t.Fatal(err)
 	}
+	f.c = c
 	ctx, cancel := context.WithCancel(klog.NewContext(context.Background(), logger))
 	done := make(chan struct{})
 	go func() { defer close(done); _ = c.Run(ctx) }()
@@ -122,6 +125,17 @@ func (f *fixture) record(name string) latch.Record {
 		f.t.Fatal(err)
 	}
 	return r
+}
+
+// cacheShowsServer reports whether the controller's cache shows the record
+// the server holds for Stage name.
+func (f *fixture) cacheShowsServer(name string) bool {
+	u, err := f.client.Resource(kargo.StagesResource).Namespace("shop").Get(context.Background(), name, metav1.GetOptions{})
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	cached, ok, err := f.c.stageByKey(cache.ObjectName{Namespace: "shop", Name: name})
+	return err == nil && ok && cached.State.Value() == u.GetAnnotations()[StateAnnotation]
 }
 
 // syncs counts the Stage syncs the controller finished.

@@ -28,6 +28,7 @@ func (c *Controller) updateStage(oldObj, newObj any) {
 
 func sameView(a, b *kargo.Stage) bool {
 	return a.HasVerification == b.HasVerification &&
+		a.State == b.State && // equal records pack alike
 		reflect.DeepEqual(a.Labels, b.Labels) &&
 		reflect.DeepEqual(a.Annotations, b.Annotations) &&
 		reflect.DeepEqual(a.DeletionTimestamp, b.DeletionTimestamp) &&

@@ -1,6 +1,7 @@
 package controller
 
 import (
+	"hash/maphash"
 	"sync"
 	"time"
 
@@ -24,11 +25,11 @@ type memo struct {
 	// owed is one whose create failed, kept until it is made.
 	announced string
 	owed      *announcement
-	// writtenState is the record this replica last wrote to the Stage, or
-	// tried to: while the cache shows another, the cache may be behind.
-	// It starts as unknownWrites: a replica that just became leader may
+	// writtenState stands for the record this replica last wrote to the
+	// Stage, or tried to: while the cache shows another, the cache may be
+	// behind. It starts unknown: a replica that just became leader may
 	// cache a Stage behind the last write of the leader before it.
-	writtenState string
+	writtenState stateDigest
 	// markRetryAt holds marking in markHeldCycle back after a failed try;
 	// markedCycle is the cycle whose marks this replica stored;
 	// markForbiddenCycle is the cycle whose refusal was reported.
@@ -42,8 +43,27 @@ type memo struct {
 	dryRunRecord *latch.Record
 }
 
-// unknownWrites is a writtenState no record equals.
-const unknownWrites = "\x00unknown"
+// stateDigest stands for a record's value. A memo keeps one for every Stage
+// this replica wrote, and records run to kilobytes (a cycle's Apps, the
+// verification history): 10,000 copies of them would be most of the
+// operator's memory. A false match (odds of 2^-64) would only spare a read
+// of a Stage the write then makes conditionally anyway.
+type stateDigest struct {
+	known bool
+	sum   uint64
+}
+
+var digestSeed = maphash.MakeSeed()
+
+func digestOf(value string) stateDigest {
+	return stateDigest{known: true, sum: maphash.String(digestSeed, value)}
+}
+
+// matches reports whether value is the record d stands for; an unknown
+// digest matches none.
+func (d stateDigest) matches(value string) bool {
+	return d.known && d.sum == maphash.String(digestSeed, value)
+}
 
 type memos struct {
 	mu sync.Mutex
@@ -59,7 +79,7 @@ func (ms *memos) get(key cache.ObjectName) *memo {
 	defer ms.mu.Unlock()
 	m, ok := ms.m[key]
 	if !ok {
-		m = &memo{writtenState: unknownWrites}
+		m = &memo{}
 		ms.m[key] = m
 	}
 	return m
@@ -72,7 +92,7 @@ func (ms *memos) newTerm() {
 	ms.mu.Lock()
 	defer ms.mu.Unlock()
 	for _, m := range ms.m {
-		m.writtenState = unknownWrites
+		m.writtenState = stateDigest{}
 		m.announced = ""
 	}
 }

@@ -62,7 +62,7 @@ func (c *Controller) syncStage(ctx context.Context, key cache.ObjectName) (time.
 		// A cache that does not yet show this replica's last write may hold
 		// a record older than a failure already paused and resumed: judge
 		// again on the Stage as it is on the server.
-		if m.writtenState != stage.Annotations[StateAnnotation] {
+		if !m.writtenState.matches(stage.State.Value()) {
 			if stage, err = c.liveStage(ctx, key); stage == nil || err != nil {
 				return 0, err
 			}
@@ -136,7 +136,7 @@ func (c *Controller) step(stage *kargo.Stage, m *memo, settings latch.Settings, 
 	for _, p := range held {
 		obs.Deleted = append(obs.Deleted, p.Name)
 	}
-	if _, recorded := stage.Annotations[StateAnnotation]; !recorded {
+	if !stage.State.Present() {
 		created := stage.CreationTimestamp.Time
 		obs.CreatedWithoutRecord = &created
 	}
@@ -183,7 +183,7 @@ var phaseNames = func() []string {
 // kargo-latch (an upgrade rolled back, or two versions side by side): this
 // one then touches nothing of the Stage, and says so once.
 func (c *Controller) leftAlone(stage *kargo.Stage, m *memo) bool {
-	value := stage.Annotations[StateAnnotation]
+	value := stage.State.Value()
 	newer := latch.NewerVersion(value)
 	if newer == nil {
 		return false
@@ -201,7 +201,7 @@ func (c *Controller) priorRecord(stage *kargo.Stage, m *memo) latch.Record {
 	if c.cfg.DryRun && m.dryRunRecord != nil {
 		return *m.dryRunRecord
 	}
-	value := stage.Annotations[StateAnnotation]
+	value := stage.State.Value()
 	r, err := latch.Decode(value)
 	if err != nil {
 		if warnOnce(&m.badState, value) {
@@ -228,7 +228,7 @@ func (c *Controller) store(ctx context.Context, stage *kargo.Stage, m *memo, res
 	annotations := map[string]any{}
 	labels := map[string]any{}
 	encoded := res.Record.Encode()
-	if encoded != stage.Annotations[StateAnnotation] {
+	if encoded != stage.State.Value() {
 		annotations[StateAnnotation] = encoded
 	}
 	wantPaused := len(res.Record.Pauses) > 0
@@ -261,7 +261,7 @@ func (c *Controller) store(ctx context.Context, stage *kargo.Stage, m *memo, res
 	}
 	// Until the cache shows this record, or whatever a failed write left,
 	// it may be behind the server.
-	m.writtenState = encoded
+	m.writtenState = digestOf(encoded)
 	u, err := c.cfg.Dynamic.Resource(kargo.StagesResource).Namespace(stage.Namespace).
 		Patch(ctx, stage.Name, types.MergePatchType, patch, metav1.PatchOptions{FieldManager: FieldManager})
 	if err != nil {

@@ -22,6 +22,9 @@ type Stage struct {
 	metav1.TypeMeta
 	metav1.ObjectMeta
 
+	// State is the kargo-latch.io/state annotation (the latch record),
+	// packed; the mirror's Annotations leave it out.
+	State Packed
 	// HasVerification is true when spec.verification is set.
 	HasVerification bool
 	// Status is nil when the Stage has no status at all (Kargo has not
@@ -72,7 +75,7 @@ func (s *Stage) DeepCopy() *Stage {
 	if s == nil {
 		return nil
 	}
-	c := &Stage{TypeMeta: s.TypeMeta, HasVerification: s.HasVerification}
+	c := &Stage{TypeMeta: s.TypeMeta, State: s.State, HasVerification: s.HasVerification}
 	s.ObjectMeta.DeepCopyInto(&c.ObjectMeta)
 	if s.Status != nil {
 		st := *s.Status
@@ -99,12 +102,28 @@ func stageFromMap(obj map[string]any) *Stage {
 		ObjectMeta:      metaFromMap(obj, ownKeys),
 		HasVerification: field(obj, "spec", "verification") != nil,
 	}
+	state := s.takeState()
 	status, ok := field(obj, "status").(map[string]any)
 	if !ok {
 		return s
 	}
-	s.Status = statusFromMap(status, latch.ReadsApps(s.Annotations[StateAnnotation]))
+	s.Status = statusFromMap(status, latch.ReadsApps(state))
 	return s
+}
+
+// takeState moves the record annotation from Annotations into State, and
+// returns its value.
+func (s *Stage) takeState() string {
+	value, ok := s.Annotations[StateAnnotation]
+	if !ok {
+		return ""
+	}
+	delete(s.Annotations, StateAnnotation)
+	if len(s.Annotations) == 0 {
+		s.Annotations = nil
+	}
+	s.State = Pack(value)
+	return value
 }
 
 // StatusFromUnstructured reads the whole of what kargo-latch reads of a
@@ -225,11 +244,12 @@ func appsFromOutput(output any) []latch.App {
 	return apps
 }
 
-// firstString is the first of keys that holds a string in obj: Kargo writes
-// Name and Namespace capitalised (its Go struct has no JSON tags there).
+// firstString is the first of keys that holds a non-empty string in obj:
+// Kargo writes Name and Namespace capitalised (its Go struct has no JSON
+// tags there).
 func firstString(obj map[string]any, keys ...string) string {
 	for _, k := range keys {
-		if s, ok := obj[k].(string); ok {
+		if s, ok := obj[k].(string); ok && s != "" {
 			return s
 		}
 	}

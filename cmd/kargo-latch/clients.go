@@ -4,6 +4,8 @@ import (
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
+
+	"github.com/kargo-latch/kargo-latch/kargo"
 )
 
 // The Lease client's own budget. Renewing every 2s is 0.5 requests a
@@ -17,6 +19,8 @@ const (
 type clients struct {
 	// dynamic reads and writes Kargo's objects and StagePauses.
 	dynamic dynamic.Interface
+	// stages lists and watches Stages straight into their mirror.
+	stages rest.Interface
 	// kube sends Events.
 	kube kubernetes.Interface
 	// leases is for leader election only. A burst of Events (a project-wide
@@ -26,9 +30,13 @@ type clients struct {
 }
 
 // newClients builds the clients from cfg, whose QPS and Burst apply to
-// each of the dynamic and Event clients.
+// each of the dynamic, Stage and Event clients.
 func newClients(cfg *rest.Config) (*clients, error) {
 	dyn, err := dynamic.NewForConfig(cfg)
+	if err != nil {
+		return nil, err
+	}
+	stages, err := kargo.NewStageClient(cfg)
 	if err != nil {
 		return nil, err
 	}
@@ -44,5 +52,5 @@ func newClients(cfg *rest.Config) (*clients, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &clients{dynamic: dyn, kube: kube, leases: leases}, nil
+	return &clients{dynamic: dyn, stages: stages, kube: kube, leases: leases}, nil
 }

@@ -39,6 +39,7 @@ type options struct {
 	dryRun     bool
 
 	metricsAddr      string
+	profiling        bool
 	probeAddr        string
 	cacheSyncTimeout time.Duration
 
@@ -96,6 +97,7 @@ func parseFlags(args []string) (*options, error) {
 	fs.DurationVar(&o.defaults.NewFailureWindow, "new-failure-window", 15*time.Minute, "A Stage first seen without a record (made while no replica led: a failover, an upgrade) whose promotion failed this recently is judged as failing now; older failures (a first install) are only recorded. 0 judges none.")
 	fs.BoolVar(&o.dryRun, "dry-run", false, "Decide and report (Events, metrics, logs) but write nothing to Kargo objects. Its Lease is kargo-latch-dry-run unless --leader-election-id is given, so that it never takes the real operator's.")
 	fs.StringVar(&o.metricsAddr, "metrics-bind-address", ":8080", "Address serving /metrics; 0 turns it off.")
+	fs.BoolVar(&o.profiling, "profiling", false, "Serve Go's profiles (/debug/pprof/) beside /metrics, as Kubernetes' own components do with --profiling: for measuring memory and CPU, not for exposing to everyone who may scrape.")
 	fs.StringVar(&o.probeAddr, "health-probe-bind-address", ":8081", "Address serving /healthz and /readyz; 0 turns it off.")
 	fs.DurationVar(&o.cacheSyncTimeout, "cache-sync-timeout", 2*time.Minute, "How long to wait for the informer caches at start before giving up on a reported list or watch error (a missing CRD or RBAC right): the process exits non-zero with the reason, so that the Pod crash-loops visibly. Slow caches with no error are waited for. 0 waits forever.")
 	fs.BoolVar(&o.leaderElect, "leader-elect", false, "Elect a leader among replicas with a Lease; only the leader reconciles.")
@@ -139,6 +141,7 @@ func run(ctx context.Context, o *options) error {
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	c, err := controller.New(controller.Config{
 		Dynamic:          cl.dynamic,
+		StageClient:      cl.stages,
 		Kube:             cl.kube,
 		Namespaces:       o.namespaces,
 		Defaults:         o.defaults,
@@ -152,7 +155,7 @@ func run(ctx context.Context, o *options) error {
 		return err
 	}
 	klog.FromContext(ctx).Info("Starting kargo-latch", "version", version, "namespaces", o.namespaces, "dryRun", o.dryRun)
-	if err := serveMetrics(ctx, o.metricsAddr, reg); err != nil {
+	if err := serveMetrics(ctx, o.metricsAddr, reg, o.profiling); err != nil {
 		return fmt.Errorf("metrics server: %w", err)
 	}
 	// Ready once the caches are synced, leader or standby alike; until

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"net"
 	"net/http"
+	"net/http/pprof"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -12,11 +13,19 @@ import (
 	"k8s.io/klog/v2"
 )
 
-// serveMetrics serves /metrics from reg on addr until ctx is done. An addr
-// of "0" turns it off.
-func serveMetrics(ctx context.Context, addr string, reg *prometheus.Registry) error {
+// serveMetrics serves /metrics from reg on addr until ctx is done, and Go's
+// profiles under /debug/pprof/ when profiling is on. An addr of "0" turns
+// it off.
+func serveMetrics(ctx context.Context, addr string, reg *prometheus.Registry, profiling bool) error {
 	mux := http.NewServeMux()
 	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}))
+	if profiling {
+		mux.HandleFunc("/debug/pprof/", pprof.Index)
+		mux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
+		mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
+		mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
+		mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
+	}
 	return serve(ctx, "metrics", addr, mux)
 }
 

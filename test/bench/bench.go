@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"io"
 	"math/rand/v2"
 	"net/http"
 	"os"
@@ -190,7 +191,7 @@ func (b *bench) startOperator() error {
 		return err
 	}
 	b.operator = exec.Command(binPath(b.c, "kargo-latch"), "--kubeconfig", b.kubecfg,
-		"--namespace", busyNS, "--namespace", wideNS, "--metrics-bind-address", "127.0.0.1:"+strconv.Itoa(ports[1]), "--mark-verified",
+		"--namespace", busyNS, "--namespace", wideNS, "--metrics-bind-address", "127.0.0.1:"+strconv.Itoa(ports[1]), "--mark-verified", "--profiling",
 		"--health-probe-bind-address", "127.0.0.1:"+strconv.Itoa(ports[0]))
 	b.operator.Stdout, b.operator.Stderr = log, log
 	// As manifests/base/deployment.yaml runs it.
@@ -203,6 +204,32 @@ func (b *bench) startOperator() error {
 	b.opDone = done
 	go func(cmd *exec.Cmd) { _ = cmd.Wait(); close(done) }(b.operator)
 	return nil
+}
+
+// saveHeapProfile keeps the operator's heap profile in the temporary
+// directory (the cluster's own goes with it), for `go tool pprof` when the
+// memory figure needs explaining. A failure only costs the profile.
+func (b *bench) saveHeapProfile(ctx context.Context) {
+	url := strings.TrimSuffix(b.metricsURL, "/metrics") + "/debug/pprof/heap"
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		say("heap profile: %v", err)
+		return
+	}
+	defer func() { _ = resp.Body.Close() }()
+	path := filepath.Join(os.TempDir(), "kargo-latch-bench-heap.pprof")
+	f, err := os.Create(path)
+	if err != nil {
+		return
+	}
+	defer func() { _ = f.Close() }()
+	if _, err := io.Copy(f, resp.Body); err == nil {
+		say("heap profile: go tool pprof -sample_index=inuse_space %s", path)
+	}
 }
 
 func (b *bench) stopOperator() {
@@ -448,6 +475,7 @@ func (b *bench) memoryAndColdStart(ctx context.Context) ([]row, error) {
 	if err != nil {
 		return nil, err
 	}
+	b.saveHeapProfile(ctx)
 	say("baseline: a plain dynamic informer over the same Stages")
 	out, err := exec.CommandContext(ctx, os.Args[0], "plain-informer", b.kubecfgAdmin(), busyNS, wideNS).Output() //nolint:gosec // this very binary
 	if err != nil {

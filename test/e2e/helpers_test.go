@@ -20,6 +20,7 @@ import (
 	"k8s.io/klog/v2/ktesting"
 
 	"github.com/kargo-latch/kargo-latch/controller"
+	"github.com/kargo-latch/kargo-latch/kargo"
 	"github.com/kargo-latch/kargo-latch/latch"
 	"github.com/kargo-latch/kargo-latch/metrics"
 	"github.com/kargo-latch/kargo-latch/test/driver"
@@ -101,6 +102,14 @@ func refusing(refuse func(*http.Request) error) func(http.RoundTripper) http.Rou
 
 // startOperatorWith is startOperatorAs whose requests pass through fault, a
 // test's fault injection (nil for none).
+// stageClient is the operator's Stage client, as main builds it.
+func stageClient(t *testing.T, cfg *rest.Config) rest.Interface {
+	t.Helper()
+	c, err := kargo.NewStageClient(cfg)
+	must(t, err)
+	return c
+}
+
 func startOperatorWith(t *testing.T, identity *rest.Config, ns string, defaults latch.Settings, fault func(http.RoundTripper) http.RoundTripper) *operator {
 	t.Helper()
 	o := &operator{t: t, done: make(chan struct{}), reg: prometheus.NewRegistry()}
@@ -118,6 +127,7 @@ func startOperatorWith(t *testing.T, identity *rest.Config, ns string, defaults 
 	}
 	c, err := controller.New(controller.Config{
 		Dynamic:            dynamic.NewForConfigOrDie(cfg),
+		StageClient:        stageClient(t, cfg),
 		Kube:               kubernetes.NewForConfigOrDie(cfg),
 		Namespaces:         []string{ns},
 		Defaults:           defaults,
