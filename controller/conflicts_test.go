@@ -1,6 +1,7 @@
 package controller
 
 import (
+	"context"
 	"fmt"
 	"testing"
 
@@ -10,10 +11,12 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	k8stesting "k8s.io/client-go/testing"
+	"k8s.io/client-go/tools/cache"
 	"k8s.io/klog/v2"
 	"k8s.io/klog/v2/ktesting"
 
 	"github.com/kargo-latch/kargo-latch/latch"
+	"github.com/kargo-latch/kargo-latch/queue"
 )
 
 // TestWriteConflictIsARetryNotAnError: Kargo writing a Stage's status
@@ -108,4 +111,33 @@ func unlabeledCounter(t *testing.T, reg *prometheus.Registry, name string) float
 	}
 	t.Fatalf("no metric %s", name)
 	return 0
+}
+
+// TestDroppedConflictIsAnError: a key that conflicted on every retry is
+// dropped; that is work given up, counted and logged as an error.
+func TestDroppedConflictIsAnError(t *testing.T) {
+	f := newFixture(t, false, healthyStage("prod", nil))
+	f.waitEvent("Normal HealthLatched")
+	logger := ktesting.NewLogger(t, ktesting.NewConfig(ktesting.BufferLogs(true)))
+	log := logger.GetSink().(ktesting.Underlier).GetBuffer()
+	conflict := apierrors.NewConflict(schema.GroupResource{Group: "kargo.akuity.io", Resource: "stages"}, "prod", fmt.Errorf("modified"))
+	report := f.c.syncFailed(klog.NewContext(context.Background(), logger), "stage")
+	key := cache.NewObjectName("shop", "prod")
+	report(key, conflict)
+	report(key, fmt.Errorf("%w after 15 retries: %w", queue.ErrDropped, conflict))
+	if got := unlabeledCounter(t, f.reg, "kargo_latch_write_conflicts_total"); got != 1 {
+		t.Errorf("kargo_latch_write_conflicts_total = %v, want 1: the retried conflict", got)
+	}
+	if got := unlabeledCounter(t, f.reg, "kargo_latch_reconcile_errors_total"); got != 1 {
+		t.Errorf("kargo_latch_reconcile_errors_total = %v, want 1: the drop", got)
+	}
+	errorsLogged := 0
+	for _, e := range log.Data() {
+		if e.Type == ktesting.LogError {
+			errorsLogged++
+		}
+	}
+	if errorsLogged != 1 {
+		t.Errorf("%d errors logged, want 1: the drop", errorsLogged)
+	}
 }

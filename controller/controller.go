@@ -309,11 +309,12 @@ func (c *Controller) RunWorkers(ctx context.Context) {
 // conflict is a retry, not an error: the Stage's record is stored
 // conditionally on the resourceVersion it was computed from, and Kargo's
 // status writes make that conflict by design; the retry computes it again
-// from the fresh Stage. Anything else is an error, logged as it happens.
+// from the fresh Stage. Anything else is an error, logged as it happens,
+// and so is a key dropped after its retries, whatever its last error.
 func (c *Controller) syncFailed(ctx context.Context, kind string) func(cache.ObjectName, error) {
 	logger := klog.FromContext(ctx)
 	return func(key cache.ObjectName, err error) {
-		if apierrors.IsConflict(err) {
+		if apierrors.IsConflict(err) && !errors.Is(err, queue.ErrDropped) {
 			c.cfg.Metrics.WriteConflicts.Inc()
 			logger.V(4).Info("Write conflicted; retrying from fresh data", kind, klog.KRef(key.Namespace, key.Name), "err", err)
 			return

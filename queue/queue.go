@@ -4,6 +4,7 @@ package queue
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 	"time"
@@ -45,6 +46,11 @@ func New(name string, mp workqueue.MetricsProvider, clk clock.WithTicker) Queue 
 // SyncFunc brings one object to its wanted state. A positive requeueAfter
 // asks for another sync after that long even if nothing changes.
 type SyncFunc func(ctx context.Context, key cache.ObjectName) (requeueAfter time.Duration, err error)
+
+// ErrDropped marks the error of a key's last sync before it is dropped:
+// whatever the error, work was given up, which a retry alone (a write
+// conflict, say) is not.
+var ErrDropped = errors.New("dropped")
 
 // Worker drains a Queue with a SyncFunc.
 type Worker struct {
@@ -102,7 +108,7 @@ func (w *Worker) processNext(ctx context.Context) bool {
 		w.report(key, err)
 		w.Queue.AddRateLimited(key)
 	default:
-		w.report(key, err)
+		w.report(key, fmt.Errorf("%w after %d retries: %w", ErrDropped, w.MaxRetries, err))
 		w.Queue.Forget(key)
 		utilruntime.HandleErrorWithContext(ctx, err, "Dropping key after retries", "key", key, "retries", w.MaxRetries)
 	}

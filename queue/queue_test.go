@@ -75,7 +75,12 @@ func TestRetriesThenDrops(t *testing.T) {
 	mu.Lock()
 	defer mu.Unlock()
 	if len(errs) != 4 {
-		t.Errorf("OnError saw %d errors, want 4", len(errs))
+		t.Fatalf("OnError saw %d errors, want 4", len(errs))
+	}
+	for i, err := range errs {
+		if dropped := errors.Is(err, ErrDropped); dropped != (i == 3) {
+			t.Errorf("error %d (%v) is ErrDropped: %v; only the last, the drop's, is", i+1, err, dropped)
+		}
 	}
 }
 
