@@ -1,133 +1,157 @@
-// Package cli is kargo-latch's command line for people: status, pause and
-// resume. It ships in the operator's binary and works as a kubectl plugin
-// when the binary is named kubectl-latch.
+// Package cli is kargo-latch's command line for people and pipelines:
+// status (and status -w), pause, resume, wait and version, with shell
+// completion. It ships in the operator's binary and works as a kubectl
+// plugin when the binary is named kubectl-latch.
 package cli
 
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
-	"strings"
 
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	"k8s.io/client-go/dynamic"
-	"k8s.io/client-go/tools/clientcmd"
+	"github.com/spf13/cobra"
+)
+
+// Exit codes, for pipelines to branch on; wait's help explains them.
+const (
+	// ExitOK: done; for wait, the condition was reached.
+	ExitOK = 0
+	// ExitFailed: the command failed, with the reason on stderr; for wait,
+	// the cycle it waited for failed (or the Stage was deleted), or the
+	// API server refused or could not be reached.
+	ExitFailed = 1
+	// ExitUsage: the command line is wrong (unknown command or flag, a
+	// missing or extra argument, a bad value); nothing was done.
+	ExitUsage = 2
+	// ExitTimeout: wait's --timeout passed before the condition was reached
+	// or failed.
+	ExitTimeout = 3
+	// ExitInterrupted: wait was interrupted (SIGINT, SIGTERM) first, as a
+	// shell reports a process ended by SIGINT.
+	ExitInterrupted = 130
 )
 
 // Commands lists the subcommands, so that main can tell a CLI call from the
-// operator's own flags.
-var Commands = []string{"status", "pause", "resume"}
+// operator's own flags. Shell completion scripts call the hidden
+// __complete commands.
+var Commands = []string{
+	"status", "pause", "resume", "wait", "version", "completion", "help",
+	cobra.ShellCompRequestCmd, cobra.ShellCompNoDescRequestCmd,
+}
 
-const usage = `Usage:
-  kargo-latch status [STAGE] [-n PROJECT | -A] [-o table|json|yaml]
-  kargo-latch pause STAGE -n PROJECT [--reason REASON] [--message TEXT]
-  kargo-latch pause --all -n PROJECT [--reason REASON] [--message TEXT]
-  kargo-latch resume STAGE -n PROJECT
-  kargo-latch resume --all -n PROJECT
+// Program is the CLI as one binary presents it.
+type Program struct {
+	// Name is the binary's name: "kargo-latch", or "kubectl-latch" for the
+	// kubectl plugin, whose help then says "kubectl latch".
+	Name string
+	// Version is the build's version (main.version, set by -ldflags).
+	Version string
+}
 
-Flags for every command: --kubeconfig PATH, --context NAME.
-As a kubectl plugin (binary named kubectl-latch): kubectl latch status -n PROJECT
-`
+// Run runs one command as the binary kargo-latch of an unknown version and
+// returns the process exit code.
+func Run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	return Program{}.Run(ctx, args, stdout, stderr)
+}
 
 // Run runs one command and returns the process exit code.
-func Run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
-	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
-		fmt.Fprint(stdout, usage)
-		return 0
+func (p Program) Run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	root, started := p.root(stdout, stderr)
+	root.SetArgs(args)
+	cmd, err := root.ExecuteContextC(ctx)
+	if err == nil {
+		return ExitOK
 	}
-	var err error
-	switch args[0] {
-	case "status":
-		err = status(ctx, args[1:], stdout)
-	case "pause":
-		err = pause(ctx, args[1:], stdout)
-	case "resume":
-		err = resume(ctx, args[1:], stdout)
-	default:
-		err = fmt.Errorf("unknown command %q\n\n%s", args[0], usage)
+	code := exitCode(err, *started)
+	fmt.Fprintln(stderr, "error:", err)
+	if code == ExitUsage && cmd != nil {
+		fmt.Fprintf(stderr, "See '%s --help'.\n", cmd.CommandPath())
 	}
-	if errors.Is(err, flag.ErrHelp) {
-		fmt.Fprint(stdout, usage)
-		return 0
-	}
-	if err != nil {
-		fmt.Fprintln(stderr, "error:", err)
-		return 1
-	}
-	return 0
+	return code
 }
 
-// common are the flags every command takes.
-type common struct {
-	kubeconfig, kubeContext, namespace string
-	fs                                 *flag.FlagSet
-}
+const rootHelp = `kargo-latch shows and steers the latch cycles of Kargo Stages: whether each
+promotion's Stage was seen Healthy (latched), whether it failed, and the
+StagePauses that stop auto-promotion.
 
-func newFlags(name string) *common {
-	c := &common{fs: flag.NewFlagSet(name, flag.ContinueOnError)}
-	c.fs.SetOutput(io.Discard)
-	c.fs.StringVar(&c.kubeconfig, "kubeconfig", "", "path to the kubeconfig")
-	c.fs.StringVar(&c.kubeContext, "context", "", "kubeconfig context")
-	c.fs.StringVar(&c.namespace, "namespace", "", "the Kargo project (namespace)")
-	c.fs.StringVar(&c.namespace, "n", "", "the Kargo project (namespace)")
-	return c
-}
+As a kubectl plugin (the binary named kubectl-latch on the PATH), every
+command is also "kubectl latch ...".`
 
-// parse parses flags anywhere among the arguments, as kubectl does, and
-// returns the positional arguments.
-func (c *common) parse(args []string) ([]string, error) {
-	var positional []string
-	for {
-		if err := c.fs.Parse(args); err != nil {
-			return nil, err
-		}
-		if c.fs.NArg() == 0 {
-			return positional, nil
-		}
-		positional = append(positional, c.fs.Arg(0))
-		args = c.fs.Args()[1:]
+const rootExamples = `  kargo-latch status -n PROJECT -w
+  kargo-latch wait prod -n PROJECT --for=latched --timeout 10m
+  kargo-latch pause prod -n PROJECT --reason Incident --message "INC-1234"
+  kargo-latch resume prod -n PROJECT
+  kargo-latch completion bash > /etc/bash_completion.d/kargo-latch`
+
+// root builds the command tree. started reports, once it has run, whether
+// a command's own work began: an error before that is a usage error.
+func (p Program) root(stdout, stderr io.Writer) (*cobra.Command, *bool) {
+	p = p.withDefaults()
+	started := new(bool)
+	root := &cobra.Command{
+		Use:           p.Name,
+		Short:         "Show and steer kargo-latch's latch cycles and pauses of Kargo Stages",
+		Long:          rootHelp,
+		Example:       rootExamples,
+		SilenceErrors: true,
+		SilenceUsage:  true,
+		Args: func(cmd *cobra.Command, args []string) error {
+			if len(args) > 0 {
+				return usageErrorf("unknown command %q for %q", args[0], cmd.CommandPath())
+			}
+			return nil
+		},
+		RunE: func(cmd *cobra.Command, _ []string) error { return cmd.Help() },
+		PersistentPreRun: func(*cobra.Command, []string) {
+			*started = true
+		},
 	}
+	if p.Name == "kubectl-latch" {
+		root.Annotations = map[string]string{cobra.CommandDisplayNameAnnotation: "kubectl latch"}
+	}
+	root.SetOut(stdout)
+	root.SetErr(stderr)
+	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return &exitError{code: ExitUsage, err: err} })
+	kube := newKubeFlags(p)
+	kube.addFlags(root)
+	root.AddCommand(statusCmd(kube), pauseCmd(kube), resumeCmd(kube), waitCmd(kube), versionCmd(p))
+	return root, started
 }
 
-// client connects as kubectl would: --kubeconfig, else $KUBECONFIG, else
-// ~/.kube/config; the namespace defaults to the context's.
-func (c *common) client() (dynamic.Interface, string, error) {
-	rules := clientcmd.NewDefaultClientConfigLoadingRules()
-	rules.ExplicitPath = c.kubeconfig
-	overrides := &clientcmd.ConfigOverrides{CurrentContext: c.kubeContext}
-	cc := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(rules, overrides)
-	cfg, err := cc.ClientConfig()
-	if err != nil {
-		return nil, "", fmt.Errorf("loading the kubeconfig: %w", err)
+func (p Program) withDefaults() Program {
+	if p.Name == "" {
+		p.Name = "kargo-latch"
 	}
-	ns := c.namespace
-	if ns == "" {
-		if ns, _, err = cc.Namespace(); err != nil {
-			return nil, "", err
-		}
+	if p.Version == "" {
+		p.Version = "dev"
 	}
-	client, err := dynamic.NewForConfig(cfg)
-	return client, ns, err
+	return p
 }
 
-// explain turns API errors into what a person should do about them.
-func explain(err error, verb, ns, role string) error {
+// exitError carries an exit code other than ExitFailed.
+type exitError struct {
+	code int
+	err  error
+}
+
+func (e *exitError) Error() string { return e.err.Error() }
+func (e *exitError) Unwrap() error { return e.err }
+
+func usageErrorf(format string, args ...any) error {
+	return &exitError{code: ExitUsage, err: fmt.Errorf(format, args...)}
+}
+
+// exitCode maps an error to the exit code: its own, else a usage error if
+// the command's work had not begun (cobra refused the command line), else
+// ExitFailed.
+func exitCode(err error, started bool) int {
+	var coded *exitError
 	switch {
-	case apierrors.IsForbidden(err) && strings.Contains(err.Error(), "ValidatingAdmissionPolicy"):
-		return fmt.Errorf("forbidden by policy: %s", apiMessage(err))
-	case apierrors.IsForbidden(err):
-		return fmt.Errorf("forbidden: this needs %q on stagepauses.kargo-latch.io in namespace %s (ClusterRole %s, bound in that namespace): %s",
-			verb, ns, role, apiMessage(err))
+	case errors.As(err, &coded):
+		return coded.code
+	case !started:
+		return ExitUsage
 	}
-	return err
-}
-
-func apiMessage(err error) string {
-	var status apierrors.APIStatus
-	if errors.As(err, &status) {
-		return status.Status().Message
-	}
-	return err.Error()
+	return ExitFailed
 }

@@ -8,6 +8,7 @@ import (
 	"regexp"
 	"strings"
 
+	"github.com/spf13/cobra"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -17,22 +18,38 @@ import (
 	"github.com/kargo-latch/kargo-latch/kargo"
 )
 
-func pause(ctx context.Context, args []string, out io.Writer) error {
-	c := newFlags("pause")
-	var all bool
-	var reason, message string
-	c.fs.BoolVar(&all, "all", false, "pause every Stage of the project")
-	c.fs.StringVar(&reason, "reason", "", "why, one CamelCase word such as DBMigration (default Manual, or ProjectPause with --all)")
-	c.fs.StringVar(&message, "message", "", "free text for people")
-	pos, err := c.parse(args)
-	if err != nil {
-		return err
+type pauseOptions struct {
+	all             bool
+	reason, message string
+}
+
+func pauseCmd(kube *kubeFlags) *cobra.Command {
+	var o pauseOptions
+	cmd := &cobra.Command{
+		Use:   "pause (STAGE | --all) -n PROJECT [--reason REASON] [--message TEXT]",
+		Short: "Pause a Stage, or every Stage of a project: stop its auto-promotion",
+		Long: `Creates a StagePause: while it exists, Kargo's auto-promotions to the Stage
+(or to every Stage of the project, with --all) are refused. People's
+promotions still pass. This needs only "create" on stagepauses
+(ClusterRole kargo-latch-pauser).`,
+		ValidArgsFunction: kube.completeStages,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return o.run(cmd.Context(), kube, args, cmd.OutOrStdout())
+		},
 	}
+	cmd.Flags().BoolVar(&o.all, "all", false, "pause every Stage of the project")
+	cmd.Flags().StringVar(&o.reason, "reason", "", "why, one CamelCase word such as DBMigration (default Manual, or ProjectPause with --all)")
+	cmd.Flags().StringVar(&o.message, "message", "", "free text for people")
+	return cmd
+}
+
+func (o *pauseOptions) run(ctx context.Context, kube *kubeFlags, pos []string, out io.Writer) error {
+	all, reason, message := o.all, o.reason, o.message
 	if err := checkReason(reason, message != ""); err != nil {
-		return err
+		return &exitError{code: ExitUsage, err: err}
 	}
 	if len(message) > maxMessage {
-		return fmt.Errorf("--message is %d characters long; a StagePause's message holds at most %d", len(message), maxMessage)
+		return usageErrorf("--message is %d characters long; a StagePause's message holds at most %d", len(message), maxMessage)
 	}
 	stage := v1alpha1.AllStages
 	switch {
@@ -43,12 +60,12 @@ func pause(ctx context.Context, args []string, out io.Writer) error {
 	case !all && len(pos) == 1:
 		stage = pos[0]
 	default:
-		return fmt.Errorf("pause takes one STAGE, or --all")
+		return usageErrorf("pause takes one STAGE, or --all")
 	}
 	if reason == "" {
 		reason = v1alpha1.ReasonManual
 	}
-	client, ns, err := c.client()
+	client, ns, err := kube.client()
 	if err != nil {
 		return err
 	}
@@ -71,7 +88,7 @@ func pause(ctx context.Context, args []string, out io.Writer) error {
 		"metadata": map[string]any{
 			"generateName": strings.ToLower(prefix),
 			"namespace":    ns,
-			"labels":       map[string]any{v1alpha1.StageLabel: labelValue(stage), v1alpha1.ReasonLabel: reason},
+			"labels":       map[string]any{v1alpha1.StageLabel: v1alpha1.StageLabelValue(stage), v1alpha1.ReasonLabel: reason},
 		},
 		"spec": map[string]any{"stage": stage, "reason": reason, "message": message},
 	}}
@@ -134,26 +151,28 @@ func isASCIIAlnum(r rune) bool {
 	return r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9'
 }
 
-// labelValue makes "*" a valid label value.
-func labelValue(stage string) string {
-	if stage == v1alpha1.AllStages {
-		return "all"
+func resumeCmd(kube *kubeFlags) *cobra.Command {
+	var all bool
+	cmd := &cobra.Command{
+		Use:   "resume (STAGE | --all) -n PROJECT",
+		Short: "Resume a Stage, or the project: delete its StagePauses",
+		Long: `Deletes the Stage's own StagePauses (or, with --all, the project-wide one);
+kargo-latch then asks Kargo to re-attempt auto-promotion at once. This needs
+"delete" on stagepauses (ClusterRole kargo-latch-resumer).`,
+		ValidArgsFunction: kube.completeStages,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return resume(cmd.Context(), kube, all, args, cmd.OutOrStdout())
+		},
 	}
-	return stage
+	cmd.Flags().BoolVar(&all, "all", false, "delete the project-wide pause")
+	return cmd
 }
 
-func resume(ctx context.Context, args []string, out io.Writer) error {
-	c := newFlags("resume")
-	var all bool
-	c.fs.BoolVar(&all, "all", false, "delete the project-wide pause")
-	pos, err := c.parse(args)
-	if err != nil {
-		return err
-	}
+func resume(ctx context.Context, kube *kubeFlags, all bool, pos []string, out io.Writer) error {
 	if all == (len(pos) == 1) || len(pos) > 1 {
-		return fmt.Errorf("resume takes one STAGE, or --all")
+		return usageErrorf("resume takes one STAGE, or --all")
 	}
-	client, ns, err := c.client()
+	client, ns, err := kube.client()
 	if err != nil {
 		return err
 	}

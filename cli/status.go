@@ -3,8 +3,6 @@ package cli
 import (
 	"context"
 	"encoding/json"
-	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"sort"
@@ -12,6 +10,7 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/spf13/cobra"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -51,10 +50,7 @@ type StageStatus struct {
 }
 
 // statusHelp is `status -h`: what the columns mean.
-const statusHelp = `Usage:
-  kargo-latch status [STAGE] [-n PROJECT | -A] [-o table|json|yaml]
-
-Shows each Stage's latch cycle: its phase, how far its Argo CD Applications
+const statusHelp = `Shows each Stage's latch cycle: its phase, how far its Argo CD Applications
 have got towards the latch, whether its Freight was marked verified, and the
 StagePauses that cover it.
 
@@ -80,42 +76,62 @@ Columns:
 -o json and -o yaml add the current Freight, each Application with the time
 it was first seen Healthy in this cycle (seenHealthyAt), and the latch record.
 
-Flags: --kubeconfig PATH, --context NAME.
-`
+-w (--watch) keeps watching the Stages and their StagePauses (a watch, not
+polling) and shows them again on every change, until interrupted (exit 0).
+On a terminal the screen is cleared and redrawn (and the ages refreshed every
+few seconds); otherwise (a pipe, a CI log) each change appends a new table,
+or a new JSON array or YAML document, only when something changed.`
 
-func status(ctx context.Context, args []string, out io.Writer) error {
-	c := newFlags("status")
-	var all bool
-	var output string
-	c.fs.BoolVar(&all, "A", false, "all projects")
-	c.fs.BoolVar(&all, "all-namespaces", false, "all projects")
-	c.fs.StringVar(&output, "o", "table", "table, json or yaml")
-	c.fs.StringVar(&output, "output", "table", "table, json or yaml")
-	pos, err := c.parse(args)
-	if errors.Is(err, flag.ErrHelp) {
-		_, err = fmt.Fprint(out, statusHelp)
-		return err
+type statusOptions struct {
+	all    bool
+	output string
+	watch  bool
+}
+
+func statusCmd(kube *kubeFlags) *cobra.Command {
+	var o statusOptions
+	cmd := &cobra.Command{
+		Use:               "status [STAGE] [-n PROJECT | -A] [-o table|json|yaml] [-w]",
+		Short:             "Show the Stages' latch cycles, Applications and pauses",
+		Long:              statusHelp,
+		ValidArgsFunction: kube.completeStages,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return o.run(cmd.Context(), kube, args, cmd.OutOrStdout())
+		},
 	}
+	cmd.Flags().BoolVarP(&o.all, "all-namespaces", "A", false, "all projects")
+	cmd.Flags().StringVarP(&o.output, "output", "o", "table", "table, json or yaml")
+	cmd.Flags().BoolVarP(&o.watch, "watch", "w", false, "keep watching, and show the Stages again on every change")
+	_ = cmd.RegisterFlagCompletionFunc("output", fixedCompletions("table", "json", "yaml"))
+	return cmd
+}
+
+func (o *statusOptions) run(ctx context.Context, kube *kubeFlags, only []string, out io.Writer) error {
+	if len(only) > 1 || (o.all && len(only) == 1) {
+		return usageErrorf("status takes at most one Stage, and none with -A")
+	}
+	if o.output != "table" && o.output != "json" && o.output != "yaml" {
+		return usageErrorf("unknown output %q: use table, json or yaml", o.output)
+	}
+	client, ns, err := kube.client()
 	if err != nil {
 		return err
 	}
-	if len(pos) > 1 || (all && len(pos) == 1) {
-		return fmt.Errorf("status takes at most one Stage, and none with -A")
-	}
-	if output != "table" && output != "json" && output != "yaml" {
-		return fmt.Errorf("unknown output %q: use table, json or yaml", output)
-	}
-	client, ns, err := c.client()
-	if err != nil {
-		return err
-	}
-	if all {
+	if o.all {
 		ns = metav1.NamespaceAll
 	}
-	rows, err := collect(ctx, client, ns, pos)
+	if o.watch {
+		return o.watchStatus(ctx, client, ns, only, out)
+	}
+	rows, err := collect(ctx, client, ns, only)
 	if err != nil {
 		return err
 	}
+	return render(out, rows, o.output, o.all, time.Now())
+}
+
+// render writes rows as a table, or as JSON or YAML.
+func render(out io.Writer, rows []StageStatus, output string, withProject bool, now time.Time) error {
 	switch output {
 	case "json":
 		b, err := json.MarshalIndent(rows, "", "  ")
@@ -132,12 +148,12 @@ func status(ctx context.Context, args []string, out io.Writer) error {
 		_, err = out.Write(b)
 		return err
 	}
-	return printTable(out, rows, all, time.Now())
+	return printTable(out, rows, withProject, now)
 }
 
 func collect(ctx context.Context, client dynamic.Interface, ns string, only []string) ([]StageStatus, error) {
 	stages := client.Resource(kargo.StagesResource).Namespace(ns)
-	var items []unstructured.Unstructured
+	var items []*unstructured.Unstructured
 	if len(only) == 1 {
 		u, err := stages.Get(ctx, only[0], metav1.GetOptions{})
 		if apierrors.IsNotFound(err) {
@@ -146,29 +162,36 @@ func collect(ctx context.Context, client dynamic.Interface, ns string, only []st
 		if err != nil {
 			return nil, err
 		}
-		items = []unstructured.Unstructured{*u}
+		items = []*unstructured.Unstructured{u}
 	} else {
 		l, err := stages.List(ctx, metav1.ListOptions{})
 		if err != nil {
 			return nil, err
 		}
-		items = l.Items
+		for i := range l.Items {
+			items = append(items, &l.Items[i])
+		}
 	}
 	pauses, err := listPauses(ctx, client, ns)
 	if err != nil {
 		return nil, err
 	}
-	rows := make([]StageStatus, 0, len(items))
-	for i := range items {
-		rows = append(rows, row(&items[i], pauses))
+	return rows(items, pauses), nil
+}
+
+// rows are the rows of the Stages, sorted by project and name.
+func rows(stages []*unstructured.Unstructured, pauses []v1alpha1.StagePause) []StageStatus {
+	out := make([]StageStatus, 0, len(stages))
+	for _, u := range stages {
+		out = append(out, row(u, pauses))
 	}
-	sort.Slice(rows, func(i, j int) bool {
-		if rows[i].Project != rows[j].Project {
-			return rows[i].Project < rows[j].Project
+	sort.Slice(out, func(i, j int) bool {
+		if out[i].Project != out[j].Project {
+			return out[i].Project < out[j].Project
 		}
-		return rows[i].Stage < rows[j].Stage
+		return out[i].Stage < out[j].Stage
 	})
-	return rows, nil
+	return out
 }
 
 func listPauses(ctx context.Context, client dynamic.Interface, ns string) ([]v1alpha1.StagePause, error) {
@@ -176,14 +199,24 @@ func listPauses(ctx context.Context, client dynamic.Interface, ns string) ([]v1a
 	if err != nil {
 		return nil, err
 	}
-	out := make([]v1alpha1.StagePause, 0, len(l.Items))
-	for _, u := range l.Items {
+	items := make([]*unstructured.Unstructured, len(l.Items))
+	for i := range l.Items {
+		items[i] = &l.Items[i]
+	}
+	return pausesOf(items), nil
+}
+
+// pausesOf reads StagePauses; one that does not read as a StagePause covers
+// nothing, as for the gate and the operator.
+func pausesOf(items []*unstructured.Unstructured) []v1alpha1.StagePause {
+	out := make([]v1alpha1.StagePause, 0, len(items))
+	for _, u := range items {
 		var p v1alpha1.StagePause
 		if err := runtime.DefaultUnstructuredConverter.FromUnstructured(u.Object, &p); err == nil {
 			out = append(out, p)
 		}
 	}
-	return out, nil
+	return out
 }
 
 func row(u *unstructured.Unstructured, pauses []v1alpha1.StagePause) StageStatus {
@@ -207,10 +240,7 @@ func row(u *unstructured.Unstructured, pauses []v1alpha1.StagePause) StageStatus
 		r.MarkedVerified = markedVerified(st.FreightNames, r.Record)
 	}
 	var earliest *time.Time
-	for _, p := range pauses {
-		if p.Namespace != u.GetNamespace() || p.DeletionTimestamp != nil || !p.Covers(u.GetName()) {
-			continue
-		}
+	for _, p := range covering(u.GetNamespace(), u.GetName(), pauses) {
 		if !r.Paused {
 			r.Reason = p.EffectiveReason()
 		}
@@ -224,6 +254,22 @@ func row(u *unstructured.Unstructured, pauses []v1alpha1.StagePause) StageStatus
 		r.Since = earliest
 	}
 	return r
+}
+
+// covering are the pauses that cover the Stage ns/stage now. A pause being
+// deleted no longer does: the gate ignores it, and the operator holds it
+// only until the record shows the resume.
+func covering(ns, stage string, pauses []v1alpha1.StagePause) []v1alpha1.StagePause {
+	var out []v1alpha1.StagePause
+	for _, p := range pauses {
+		if p.Namespace == ns && p.DeletionTimestamp == nil && p.Covers(stage) {
+			out = append(out, p)
+		}
+	}
+	// In name order, as the API server lists them, whatever the order of
+	// a watch's cache.
+	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
+	return out
 }
 
 // phaseSince is when the Stage entered its current phase.

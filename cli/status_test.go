@@ -205,9 +205,9 @@ func trimLines(s string) string {
 }
 
 func TestStatusHelp(t *testing.T) {
-	var out bytes.Buffer
-	if err := status(t.Context(), []string{"-h"}, &out); err != nil {
-		t.Fatal(err)
+	var out, errOut bytes.Buffer
+	if code := Run(t.Context(), []string{"status", "-h"}, &out, &errOut); code != ExitOK {
+		t.Fatalf("status -h: exit %d: %s", code, errOut.String())
 	}
 	for _, col := range []string{"APPS", "VERIFIED", "seenHealthyAt"} {
 		if !strings.Contains(out.String(), col) {

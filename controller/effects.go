@@ -15,6 +15,7 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/klog/v2"
 
 	"github.com/kargo-latch/kargo-latch/api/v1alpha1"
@@ -135,7 +136,7 @@ func (c *Controller) createFailurePause(ctx context.Context, stage *kargo.Stage,
 		ObjectMeta: metav1.ObjectMeta{
 			Name:      a.Pause,
 			Namespace: stage.Namespace,
-			Labels:    map[string]string{v1alpha1.StageLabel: stage.Name, v1alpha1.ReasonLabel: string(a.Reason)},
+			Labels:    map[string]string{v1alpha1.StageLabel: v1alpha1.StageLabelValue(stage.Name), v1alpha1.ReasonLabel: string(a.Reason)},
 			// Deleting the Stage deletes the pauses its failures made.
 			OwnerReferences: []metav1.OwnerReference{{
 				APIVersion: kargo.GroupVersion.String(), Kind: "Stage", Name: stage.Name, UID: stage.UID,
@@ -274,13 +275,19 @@ func (c *Controller) drain(ctx context.Context, stage *kargo.Stage, pause *v1alp
 // informer, must not escape the drain. Kargo's webhook labels every
 // Promotion with its Stage; cached ones without the label are added.
 func (c *Controller) stagePromotions(ctx context.Context, stage *kargo.Stage) ([]*kargo.Promotion, error) {
-	list, err := c.cfg.Dynamic.Resource(kargo.PromotionsResource).Namespace(stage.Namespace).
-		List(ctx, metav1.ListOptions{LabelSelector: kargo.StageLabel + "=" + stage.Name})
-	if err != nil {
-		return nil, fmt.Errorf("listing the Stage's Promotions: %w", err)
-	}
 	var out []*kargo.Promotion
 	seen := map[string]bool{}
+	list := &unstructured.UnstructuredList{}
+	// A name too long for a label value (over 63) cannot be Kargo's label
+	// either: such a Stage's Promotions are known from the cache alone.
+	if len(validation.IsValidLabelValue(stage.Name)) == 0 {
+		var err error
+		list, err = c.cfg.Dynamic.Resource(kargo.PromotionsResource).Namespace(stage.Namespace).
+			List(ctx, metav1.ListOptions{LabelSelector: kargo.StageLabel + "=" + stage.Name})
+		if err != nil {
+			return nil, fmt.Errorf("listing the Stage's Promotions: %w", err)
+		}
+	}
 	for i := range list.Items {
 		p := kargo.PromotionFromUnstructured(&list.Items[i])
 		if p.Stage == stage.Name {

@@ -4,7 +4,10 @@
 package v1alpha1
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"slices"
+	"strings"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -32,6 +35,22 @@ const (
 	StageLabel  = "kargo-latch.io/stage"
 	ReasonLabel = "kargo-latch.io/reason"
 )
+
+// StageLabelValue is the value of StageLabel for a pause of stage: the
+// Stage's name, "all" for AllStages, and for a name longer than a label
+// value may be (63; a Stage name may have 253) its first 52 characters and
+// a hash of the whole. spec.stage, not the label, is what a pause covers.
+func StageLabelValue(stage string) string {
+	const maxLabel = 63
+	switch {
+	case stage == AllStages:
+		return "all"
+	case len(stage) <= maxLabel:
+		return stage
+	}
+	sum := sha256.Sum256([]byte(stage))
+	return strings.TrimRight(stage[:maxLabel-11], ".-_") + "-" + hex.EncodeToString(sum[:5])
+}
 
 // ResumeFinalizer is on every StagePause the operator makes for a failure.
 // Deleting such a pause resumes at once (a pause being deleted covers

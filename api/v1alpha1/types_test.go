@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
+	"k8s.io/apimachinery/pkg/util/validation"
 	"sigs.k8s.io/yaml"
 )
 
@@ -74,4 +75,26 @@ func keys(m map[string]schemaNode) []string {
 	}
 	sort.Strings(out)
 	return out
+}
+
+func TestStageLabelValueIsAlwaysAValidLabelValue(t *testing.T) {
+	long := strings.Repeat("stage.", 40) + "prod" // 244 characters, a valid Stage name
+	for stage, want := range map[string]string{
+		"prod":                  "prod",
+		AllStages:               "all",
+		strings.Repeat("a", 63): strings.Repeat("a", 63),
+	} {
+		if got := StageLabelValue(stage); got != want {
+			t.Errorf("StageLabelValue(%q) = %q, want %q", stage, got, want)
+		}
+	}
+	for _, stage := range []string{strings.Repeat("a", 64), long, long + "x", strings.Repeat("a-", 40) + "b"} {
+		got := StageLabelValue(stage)
+		if errs := validation.IsValidLabelValue(got); len(errs) > 0 {
+			t.Errorf("StageLabelValue(%d characters) = %q: %v", len(stage), got, errs)
+		}
+	}
+	if StageLabelValue(long) == StageLabelValue(long+"x") {
+		t.Error("two long names share a label value")
+	}
 }

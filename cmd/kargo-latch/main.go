@@ -50,11 +50,11 @@ type options struct {
 
 func main() {
 	// The same binary is the people's CLI, and a kubectl plugin when named
-	// kubectl-latch.
+	// kubectl-latch. SIGTERM is how a CI system cancels a step: a wait
+	// then ends with its own exit code, not as if it had failed.
 	if isCLI(os.Args) {
-		args := os.Args[1:]
-		ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
-		code := cli.Run(ctx, args, os.Stdout, os.Stderr)
+		ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+		code := cli.Program{Name: cliName(os.Args[0]), Version: version}.Run(ctx, os.Args[1:], os.Stdout, os.Stderr)
 		stop()
 		os.Exit(code)
 	}
@@ -178,11 +178,25 @@ func run(ctx context.Context, o *options) error {
 	return nil
 }
 
+// isCLI reports whether the process is the CLI: named as the kubectl plugin,
+// or called with one of the CLI's commands (the operator takes only flags).
 func isCLI(args []string) bool {
-	if strings.HasPrefix(filepath.Base(args[0]), "kubectl-latch") {
+	if cliName(args[0]) == kubectlPlugin {
 		return true
 	}
 	return len(args) > 1 && slices.Contains(cli.Commands, args[1])
+}
+
+// kubectlPlugin is the binary's name as a kubectl plugin: kubectl runs
+// kubectl-latch for "kubectl latch".
+const kubectlPlugin = "kubectl-latch"
+
+// cliName is the CLI's name in its help and completion scripts.
+func cliName(arg0 string) string {
+	if strings.HasPrefix(filepath.Base(arg0), kubectlPlugin) {
+		return kubectlPlugin
+	}
+	return "kargo-latch"
 }
 
 func restConfig(kubeconfig string) (*rest.Config, error) {

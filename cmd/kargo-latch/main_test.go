@@ -34,3 +34,27 @@ func TestParseOptions(t *testing.T) {
 		t.Error("a negative --new-failure-window was accepted")
 	}
 }
+
+// The binary is the CLI when named as the kubectl plugin or called with a
+// CLI command (shell completion included); the operator otherwise.
+func TestIsCLI(t *testing.T) {
+	for _, c := range []struct {
+		args []string
+		cli  bool
+		name string
+	}{
+		{[]string{"/usr/local/bin/kargo-latch", "wait", "prod"}, true, "kargo-latch"},
+		{[]string{"kargo-latch", "version"}, true, "kargo-latch"},
+		{[]string{"kargo-latch", "__complete", "status", ""}, true, "kargo-latch"},
+		{[]string{"/home/me/.krew/bin/kubectl-latch"}, true, "kubectl-latch"},
+		{[]string{"kargo-latch", "--leader-elect"}, false, "kargo-latch"},
+		{[]string{"kargo-latch"}, false, "kargo-latch"},
+	} {
+		if got := isCLI(c.args); got != c.cli {
+			t.Errorf("isCLI(%q) = %v, want %v", c.args, got, c.cli)
+		}
+		if got := cliName(c.args[0]); got != c.name {
+			t.Errorf("cliName(%q) = %q, want %q", c.args[0], got, c.name)
+		}
+	}
+}

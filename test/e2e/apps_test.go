@@ -173,7 +173,8 @@ func TestAppsHealthyUnderUnhealthyStageDoNotCount(t *testing.T) {
 // and, with pause-on-failure, pauses it.
 func TestAppsDegradedAfterLatchFails(t *testing.T) {
 	t.Parallel()
-	ns, s, degradedAt := degradedAfterAppsLatch(t, "2s")
+	_, s, degradedAt := degradedAfterAppsLatch(t, "2s")
+	ns := s.Namespace
 	waitEvent(t, s, controller.ReasonStageDegraded)
 	waitDegradedFailure(t, s, degradedAt, 2*time.Second)
 	waitPaused(t, s, true)
@@ -261,7 +262,7 @@ func TestAppsUnknownOutputShapeUsesAggregateOnly(t *testing.T) {
 // Healthy as a whole; it is not failed at the end of the grace.
 func TestAppsRecoverPerAppAfterADegradedBlip(t *testing.T) {
 	t.Parallel()
-	_, s, _ := degradedAfterAppsLatch(t, "6s")
+	op, s, degradedAt := degradedAfterAppsLatch(t, "6s")
 	// Back to flapping out of phase: a, then b.
 	must(t, s.SetAppsHealth(ctx, kargo.HealthProgressing, app("a", "Healthy"), app("b", "Progressing")))
 	waitFor(t, "a to count towards recovery", func() bool { return len(stageRecord(t, s).AppsRecovered) == 1 })
@@ -274,7 +275,8 @@ func TestAppsRecoverPerAppAfterADegradedBlip(t *testing.T) {
 		t.Errorf("StageRecovered says %q, want the per-App recovery", ev.Message)
 	}
 	// Past the grace it stays Latched and unpaused.
-	time.Sleep(7 * time.Second)
+	time.Sleep(time.Until(degradedAt.Add(7 * time.Second))) // the scenario, not a wait: time passes beyond the grace
+	op.processed(t, "a nudge past the grace", nudge(s))
 	if r := stageRecord(t, s); r.Phase != latch.PhaseLatched {
 		t.Errorf("phase %s past the grace, want Latched", r.Phase)
 	}
@@ -286,11 +288,11 @@ func TestAppsRecoverPerAppAfterADegradedBlip(t *testing.T) {
 // degradedAfterAppsLatch makes a Stage with pause-on-failure and the given
 // degraded grace, latches it by its Apps, then turns one App Degraded
 // (Kargo's aggregate Unhealthy) and waits for Degraded. It returns the
-// project, the Stage and when the App turned Degraded.
-func degradedAfterAppsLatch(t *testing.T, grace string) (string, *driver.Stage, time.Time) {
+// operator, the Stage and when the App turned Degraded.
+func degradedAfterAppsLatch(t *testing.T, grace string) (*operator, *driver.Stage, time.Time) {
 	t.Helper()
 	ns := env.newProject(t)
-	startOperator(t, ns, fastSettings())
+	op := startOperator(t, ns, fastSettings())
 	s := env.createStage(t, ns, "test", map[string]string{
 		controller.DegradedGraceAnnotation:  grace,
 		controller.PauseOnFailureAnnotation: "true",
@@ -301,5 +303,5 @@ func degradedAfterAppsLatch(t *testing.T, grace string) (string, *driver.Stage, 
 	must(t, s.SetAppsHealth(ctx, kargo.HealthUnhealthy, app("a", "Degraded"), app("b", "Healthy")))
 	degradedAt := time.Now()
 	waitPhase(t, s, latch.PhaseDegraded)
-	return ns, s, degradedAt
+	return op, s, degradedAt
 }

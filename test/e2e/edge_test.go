@@ -22,7 +22,7 @@ import (
 func TestPauseCreatedAndDeletedAtOnce(t *testing.T) {
 	t.Parallel()
 	ns := env.newProject(t)
-	startOperator(t, ns, fastSettings())
+	op := startOperator(t, ns, fastSettings())
 	s := env.createStage(t, ns, "prod", nil)
 	promoteAndLatch(t, s)
 	for range 5 {
@@ -31,7 +31,9 @@ func TestPauseCreatedAndDeletedAtOnce(t *testing.T) {
 	}
 	other := env.createStage(t, ns, "qa", nil)
 	promoteAndLatch(t, other) // the operator keeps serving
-	settle()
+	// The pauses came and went before qa's promotion: once the operator is
+	// idle, it has handled every event of them.
+	op.idle(t)
 	if paused(t, s) {
 		t.Error("Stage left paused by a pause that is gone")
 	}
@@ -124,7 +126,7 @@ func TestLongVerificationMessageFailsAndPausesOnce(t *testing.T) {
 	ns := env.newProject(t)
 	settings := fastSettings()
 	settings.PauseOnFailure = true
-	startOperator(t, ns, settings)
+	op := startOperator(t, ns, settings)
 	s := env.createStage(t, ns, "prod", nil)
 	promoteAndLatch(t, s)
 	long := strings.Repeat("metric \"error-rate\" assessed Failed: 0.31 > 0.05; ", 2000) // ~100 KB
@@ -138,9 +140,9 @@ func TestLongVerificationMessageFailsAndPausesOnce(t *testing.T) {
 	if n := len(r.Failure.Message); n > latch.MaxMessage {
 		t.Errorf("failure message kept %d bytes, want at most %d", n, latch.MaxMessage)
 	}
-	// The same failure seen again (Kargo rewrites the status) adds nothing.
-	must(t, s.SetHealth(ctx, kargo.HealthHealthy))
-	settle()
+	// The same failure judged again, by a sync of the unchanged Stage, adds
+	// nothing.
+	op.processed(t, "a nudge of the failed Stage", nudge(s))
 	if pauses := env.listPauses(t, ns); len(pauses) != 1 {
 		t.Errorf("%d StagePauses for one failure, want 1", len(pauses))
 	}

@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"sync"
@@ -25,7 +26,8 @@ import (
 func TestExactlyOncePauseAcrossKills(t *testing.T) {
 	t.Parallel()
 	ns := env.newProject(t)
-	op := newProcess(t, "--namespace", ns, "--degraded-grace", "1s", "--latch-deadline", "1m", "-v", "2")
+	op := newMeteredProcess(t, env.operator, "--namespace", ns, "--degraded-grace", "1s", "--latch-deadline", "1m",
+		"--health-probe-bind-address", "0", "-v", "2")
 	op.start()
 
 	const n = 8
@@ -37,6 +39,7 @@ func TestExactlyOncePauseAcrossKills(t *testing.T) {
 	stop := make(chan struct{})
 	var kills atomic.Int64
 	var killer sync.WaitGroup
+	var restartErr error
 	killer.Go(func() {
 		for {
 			select {
@@ -46,30 +49,28 @@ func TestExactlyOncePauseAcrossKills(t *testing.T) {
 			}
 			op.kill()
 			kills.Add(1)
-			op.start()
+			if restartErr = op.launch(); restartErr != nil {
+				return
+			}
 		}
 	})
 
 	// Half the Stages fail their promotion, half degrade past the grace.
 	var wg sync.WaitGroup
+	errs := make([]error, n)
 	for i, s := range stages {
-		wg.Go(func() {
-			promoteAndLatch(t, s)
-			if i%2 == 0 {
-				_, err := s.FinishPromotion(ctx, "Failed")
-				must(t, err)
-			} else {
-				must(t, s.SetHealth(ctx, kargo.HealthUnhealthy))
-			}
-			waitPaused(t, s, true)
-		})
+		wg.Go(func() { errs[i] = failAndPause(s, i%2 == 0) })
 	}
 	wg.Wait()
-	time.Sleep(time.Second) // a few more kills after the last pause
+	time.Sleep(time.Second) // the fault's timing, not a wait: a few more kills after the last pause
 	close(stop)
 	killer.Wait()
+	must(t, restartErr)
+	must(t, errors.Join(errs...))
 	t.Logf("the operator was killed %d times during the scenario", kills.Load())
-	settle()
+	// The last run has judged every Stage: a pause or Event it would make
+	// again is made by now.
+	op.caughtUp(t)
 
 	for i, s := range stages {
 		r := stageRecord(t, s)
@@ -95,13 +96,32 @@ func TestExactlyOncePauseAcrossKills(t *testing.T) {
 	waitPaused(t, resumed, false)
 	op.kill()
 	op.start()
-	settle()
+	op.caughtUp(t)
 	if got := pausesFor(t, ns, resumed.Name); got != 0 {
 		t.Errorf("after a resume and a restart, %s has %d StagePauses, want 0", resumed.Name, got)
 	}
 	if paused(t, resumed) {
 		t.Errorf("%s is paused again after a resume and a restart", resumed.Name)
 	}
+}
+
+// failAndPause latches s, fails it (by its promotion, or by its health
+// past the grace) and waits for its pause. It runs outside the test's
+// goroutine and returns its errors.
+func failAndPause(s *driver.Stage, byPromotion bool) error {
+	_, err := playLatch(s)
+	if err == nil && byPromotion {
+		_, err = s.FinishPromotion(ctx, "Failed")
+	} else if err == nil {
+		err = s.SetHealth(ctx, kargo.HealthUnhealthy)
+	}
+	if err == nil {
+		err = pollPaused(s, true)
+	}
+	if err != nil {
+		return fmt.Errorf("%s: %w", s.Name, err)
+	}
+	return nil
 }
 
 func pausesFor(t *testing.T, ns, stage string) int {

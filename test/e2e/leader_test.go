@@ -1,8 +1,11 @@
 package e2e
 
 import (
+	"context"
 	"testing"
 	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/kargo-latch/kargo-latch/controller"
 	"github.com/kargo-latch/kargo-latch/kargo"
@@ -17,7 +20,7 @@ func TestLeaderElection(t *testing.T) {
 	ns := env.newProject(t)
 	args := []string{"--leader-elect", "--leader-election-namespace", "kargo-latch", "--leader-election-id", "e2e-" + ns, "--pause-on-failure"}
 	a, aURL := startMetricsProcess(t, ns, args...)
-	time.Sleep(500 * time.Millisecond) // let a win the first election
+	waitFor(t, "a to win the first election", func() bool { return leaseHolder("e2e-"+ns) != "" })
 	b, bURL := startMetricsProcess(t, ns, args...)
 
 	before := env.createStage(t, ns, "before", nil)
@@ -39,7 +42,7 @@ func TestLeaderElection(t *testing.T) {
 	// One failure just before the leader dies, one while no one leads.
 	_, err := before.FinishPromotion(ctx, "Failed")
 	must(t, err)
-	time.Sleep(20 * time.Millisecond)
+	time.Sleep(20 * time.Millisecond) // the fault's timing, not a wait: the leader dies just after the failure
 	leader.kill()
 	killedAt := time.Now()
 	must(t, during.SetHealth(ctx, kargo.HealthUnhealthy))
@@ -53,7 +56,9 @@ func TestLeaderElection(t *testing.T) {
 		t.Errorf("failover took %v, want under 20s", failover)
 	}
 	waitPaused(t, before, true)
-	settle()
+	// The new leader's first term judged both Stages; once it is idle, a
+	// second pause or Event it would make is made.
+	waitIdle(t, metricsAt(standbyURL), 1)
 	if syncs(standbyURL) == 0 {
 		t.Error("the new leader has not reconciled")
 	}
@@ -67,4 +72,14 @@ func TestLeaderElection(t *testing.T) {
 			t.Errorf("%s: %d StagePaused Events across the failover, want 1", s.Name, n)
 		}
 	}
+}
+
+// leaseHolder is the holder of a leader election Lease of the operators
+// under test; empty while no one holds it, or on an error.
+func leaseHolder(name string) string {
+	l, err := env.kube.CoordinationV1().Leases("kargo-latch").Get(context.Background(), name, metav1.GetOptions{})
+	if err != nil || l.Spec.HolderIdentity == nil {
+		return ""
+	}
+	return *l.Spec.HolderIdentity
 }

@@ -1,9 +1,7 @@
 package e2e
 
 import (
-	"context"
 	"encoding/json"
-	"fmt"
 	"slices"
 	"sync"
 	"testing"
@@ -20,41 +18,6 @@ import (
 	"github.com/kargo-latch/kargo-latch/latch"
 	"github.com/kargo-latch/kargo-latch/test/driver"
 )
-
-// syncsMetric counts the operator's syncs of a Stage (one observation each).
-const syncsMetric = "kargo_latch_reconcile_duration_seconds"
-
-// idle waits until the operator has nothing in flight or queued: its sync
-// count holds still for a moment with an empty queue. A sync of a few
-// milliseconds cannot hide in that moment.
-func (o *operator) idle(t *testing.T) {
-	t.Helper()
-	last, since := -1.0, time.Now()
-	waitFor(t, "the operator to be idle", func() bool {
-		n := o.metric(syncsMetric)
-		if n != last || o.metric("kargo_latch_workqueue_depth") != 0 {
-			last, since = n, time.Now()
-			return false
-		}
-		return time.Since(since) >= 300*time.Millisecond
-	})
-}
-
-// sees makes a change with write and waits until the operator has synced
-// after it. The operator being idle before the change, that sync read the
-// change (or a later one): a check that the change made no difference is
-// then a check of what the operator did with it. write must change
-// something the operator reads, or nothing is synced: per-App health, for
-// one, is read only while a cycle waits for its latch.
-func (o *operator) sees(t *testing.T, what string, write func() error) {
-	t.Helper()
-	o.idle(t)
-	before := o.metric(syncsMetric)
-	must(t, write())
-	waitFor(t, "the operator to sync after "+what, func() bool {
-		return o.metric(syncsMetric) > before
-	})
-}
 
 // app is an Argo CD Application in the state Kargo's health check reports.
 func app(name, health string) driver.App {
@@ -188,34 +151,6 @@ func patchFreightStatus(ns, name string, status map[string]any) error {
 	_, err = env.dyn.Resource(kargo.FreightsResource).Namespace(ns).
 		Patch(ctx, name, types.MergePatchType, body, metav1.PatchOptions{FieldManager: driver.FieldManager}, "status")
 	return err
-}
-
-// poll is waitFor for code that runs outside the test's goroutine, where
-// t.Fatal must not be called: it returns an error instead.
-func poll(what string, cond func() (bool, error)) error {
-	deadline := time.Now().Add(waitLimit)
-	for {
-		ok, err := cond()
-		if err != nil {
-			return fmt.Errorf("waiting for %s: %w", what, err)
-		}
-		if ok {
-			return nil
-		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("timed out after %v waiting for %s", waitLimit, what)
-		}
-		time.Sleep(25 * time.Millisecond)
-	}
-}
-
-// readRecord is stageRecord returning its error.
-func readRecord(s *driver.Stage) (latch.Record, error) {
-	u, err := s.Get(context.Background())
-	if err != nil {
-		return latch.Record{}, err
-	}
-	return latch.Decode(u.GetAnnotations()[controller.StateAnnotation])
 }
 
 // markedCycle is one cycle of TestMarkVerifiedExactlyOnceAcrossKills.

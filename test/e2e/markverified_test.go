@@ -154,6 +154,10 @@ func TestMarkVerifiedAfterResume(t *testing.T) {
 	if at := waitVerified(t, s, name); at != rfc3339(*r.LatchedAt) {
 		t.Errorf("marked after the resume at %s, want latchedAt %s", at, rfc3339(*r.LatchedAt))
 	}
+	// The Event follows the mark, sent on its own; once it is there and the
+	// operator idle, a second one would be there too.
+	waitEvent(t, s, controller.ReasonFreightVerified)
+	op.idle(t)
 	if n := env.eventCount(t, s, controller.ReasonFreightVerified); n != 1 {
 		t.Errorf("%d FreightVerified Events, want 1", n)
 	}
@@ -345,7 +349,9 @@ func TestMarkVerifiedForbiddenWithoutTheRight(t *testing.T) {
 	waitLong(t, "the second cycle's MarkVerifiedForbidden", untilRetry, func() bool {
 		return env.eventCount(t, s, controller.ReasonMarkVerifiedForbidden) == 2
 	})
-	settle()
+	// The retries are counted in the syncs that would warn again; once the
+	// operator is idle, those syncs are over.
+	op.idle(t)
 	if n := env.eventCount(t, steady, controller.ReasonMarkVerifiedForbidden); n != 1 {
 		t.Errorf("%s: %d MarkVerifiedForbidden Events in one cycle refused %v times, want 1", steady.Name, n, refusals(steady))
 	}
@@ -377,8 +383,8 @@ func TestMarkVerifiedForbiddenWithoutTheRight(t *testing.T) {
 func TestMarkVerifiedExactlyOnceAcrossKills(t *testing.T) {
 	t.Parallel()
 	ns := env.newProject(t)
-	op := newProcessAs(t, env.marker, "--namespace", ns, "--mark-verified", "--latch-deadline", "1m",
-		"--metrics-bind-address", "0", "--health-probe-bind-address", "0", "-v", "2")
+	op := newMeteredProcess(t, env.marker, "--namespace", ns, "--mark-verified", "--latch-deadline", "1m",
+		"--health-probe-bind-address", "0", "-v", "2")
 	op.start()
 	marks := watchMarks(t, ns)
 
@@ -422,10 +428,11 @@ func TestMarkVerifiedExactlyOnceAcrossKills(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	// A last restart must not mark again.
+	// A last restart must not mark again: once it has caught up, it has
+	// judged every Stage.
 	op.kill()
 	op.start()
-	settle()
+	op.caughtUp(t)
 	t.Logf("the operator was killed %d times during %d marking cycles (%v)", kills, stageCount*cyclesPerStage, time.Since(began).Round(time.Millisecond))
 
 	for i, s := range stages {

@@ -78,11 +78,17 @@ func TestMetricsOverAScenario(t *testing.T) {
 	for i, name := range []string{"first", "second"} {
 		must(t, createPause(env.dev, pause(ns, name, "prod", "Manual")))
 		waitPaused(t, prod, true)
-		for range 10 {
-			must(t, prod.SetHealth(ctx, kargo.HealthProgressing))
-			must(t, prod.SetHealth(ctx, kargo.HealthHealthy))
-		}
-		settle()
+		waitProcessed(t, metricsAt(url), "ten flaps of the paused Stage", func() error {
+			for range 10 {
+				if err := prod.SetHealth(ctx, kargo.HealthProgressing); err != nil {
+					return err
+				}
+				if err := prod.SetHealth(ctx, kargo.HealthHealthy); err != nil {
+					return err
+				}
+			}
+			return nil
+		})
 		if got := pauses(); got != float64(i+1) {
 			t.Errorf("after pause %d: kargo_latch_pauses_total = %v, want %d", i+1, got, i+1)
 		}

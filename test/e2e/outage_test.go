@@ -28,7 +28,7 @@ func TestAPIServerOutage(t *testing.T) {
 	must(t, err)
 	t.Cleanup(w.cluster.Stop)
 	ns := w.newProject(t)
-	op := startOutageOperator(t, w, "--namespace", ns, "--degraded-grace", "5s", "--pause-on-failure", "--metrics-bind-address", "0")
+	op := startOutageOperator(t, w, "--namespace", ns, "--degraded-grace", "5s", "--pause-on-failure")
 
 	stages := w.latchedStages(t, ns, "degrading", "failing", "steady")
 	degrading, failing, steady := stages[0], stages[1], stages[2]
@@ -38,7 +38,7 @@ func TestAPIServerOutage(t *testing.T) {
 	must(t, err)
 
 	w.cluster.StopAPIServer()
-	time.Sleep(outage)
+	time.Sleep(outage) // the outage itself: the scenario, not a wait
 	if op.exited() {
 		t.Fatal("the operator exited during the API server outage")
 	}
@@ -85,17 +85,17 @@ func TestReliabilityAPIServerOutage(t *testing.T) {
 
 	var converged sync.WaitGroup
 	converged.Go(func() {
-		time.Sleep(3 * time.Second) // mid-scenario
+		time.Sleep(3 * time.Second) // the fault's timing, not a wait: mid-scenario
 		down.Lock()
 		w.cluster.StopAPIServer()
-		time.Sleep(outage)
+		time.Sleep(outage) // the outage itself
 		err := w.cluster.StartAPIServer(context.Background())
 		down.Unlock()
 		if err != nil {
 			t.Errorf("restarting the API server: %v", err)
 		}
 	})
-	reliabilityScenario(t, w, ns, wideNS, func() string {
+	reliabilityScenario(t, w, ns, wideNS, op, func() string {
 		converged.Wait()
 		if op.exited() {
 			t.Error("the operator exited")
@@ -105,14 +105,14 @@ func TestReliabilityAPIServerOutage(t *testing.T) {
 }
 
 // startOutageOperator runs the operator binary on w's cluster with leader
-// election, as deployed, and waits until it is ready. Its probe address
-// replaces any given in args.
+// election, as deployed, and waits until it is ready. Its probe and metrics
+// addresses replace any given in args.
 func startOutageOperator(t *testing.T, w *world, args ...string) *process {
 	t.Helper()
 	probe := freePort(t)
 	args = append(args, "--leader-elect", "--leader-election-namespace", "kargo-latch",
 		"--health-probe-bind-address", "127.0.0.1:"+strconv.Itoa(probe))
-	op := newProcessAs(t, w.operator, args...)
+	op := newMeteredProcess(t, w.operator, args...)
 	op.start()
 	waitFor(t, "the operator to be ready", func() bool {
 		code, _, err := httpGet(fmt.Sprintf("http://127.0.0.1:%d/readyz", probe))

@@ -58,15 +58,31 @@ func (w *world) listPauses(t *testing.T, ns string) []unstructured.Unstructured 
 
 func paused(t *testing.T, s *driver.Stage) bool {
 	t.Helper()
-	u, err := s.Get(context.Background())
+	p, err := isPaused(s)
 	must(t, err)
-	return u.GetLabels()[controller.PausedLabel] == "true"
+	return p
+}
+
+// isPaused is paused returning its error, for code outside the test's
+// goroutine.
+func isPaused(s *driver.Stage) (bool, error) {
+	u, err := s.Get(context.Background())
+	if err != nil {
+		return false, err
+	}
+	return u.GetLabels()[controller.PausedLabel] == "true", nil
 }
 
 func waitPaused(t *testing.T, s *driver.Stage, want bool) {
 	t.Helper()
-	waitFor(t, "Stage "+s.Name+" paused label to be "+map[bool]string{true: "set", false: "gone"}[want], func() bool {
-		return paused(t, s) == want
+	must(t, pollPaused(s, want))
+}
+
+// pollPaused is waitPaused returning its error.
+func pollPaused(s *driver.Stage, want bool) error {
+	return poll("Stage "+s.Name+" paused label to be "+map[bool]string{true: "set", false: "gone"}[want], func() (bool, error) {
+		p, err := isPaused(s)
+		return p == want, err
 	})
 }
 

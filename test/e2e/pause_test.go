@@ -76,7 +76,9 @@ func TestFailurePausesAndTheGateHolds(t *testing.T) {
 	}
 	waitEvent(t, prod, controller.ReasonStageResumed)
 	waitGate(t, ns, "prod", false)
-	settle()
+	// The sync that removed the label handled the resume; once the
+	// operator is idle, any sync after it is over too.
+	op.idle(t)
 	if n := len(env.listPauses(t, ns)); n != 0 {
 		t.Errorf("%d StagePauses after the resume, want 0: the failure paused again", n)
 	}
@@ -215,13 +217,18 @@ func TestDrainAbortsOnlyQueuedAutoPromotions(t *testing.T) {
 func TestProjectWidePause(t *testing.T) {
 	t.Parallel()
 	ns := env.newProject(t)
-	startOperator(t, ns, fastSettings())
+	op := startOperator(t, ns, fastSettings())
 	const n = 50
 	stages := make([]*driver.Stage, n)
 	for i := range stages {
 		stages[i] = env.createStage(t, ns, "stage-"+string(rune('a'+i/26))+string(rune('a'+i%26)), nil)
 	}
-	settle()
+	// The timing starts once the operator has handled every new Stage, up
+	// to reporting each without status a second after its creation.
+	waitFor(t, "every new Stage to be reported without status", func() bool {
+		return op.metric("kargo_latch_invalid_input_total", "input", "status") == n
+	})
+	op.idle(t)
 
 	start := time.Now()
 	must(t, createPause(env.dev, pause(ns, "big-red-button", v1alpha1.AllStages, "ProjectPause")))
@@ -287,7 +294,10 @@ func TestPauseBadInput(t *testing.T) {
 	// Two pauses: resuming needs both gone.
 	must(t, createPause(env.dev, pause(ns, "second", "later", "Manual")))
 	must(t, deletePause(env.lead, ns, "early"))
-	settle()
+	// The record names the pauses the operator saw covering the Stage.
+	waitFor(t, "the record to name only the second pause", func() bool {
+		return slices.Equal(stageRecord(t, later).Pauses, []string{"second"})
+	})
 	if !paused(t, later) {
 		t.Error("Stage resumed while a second pause still covers it")
 	}

@@ -1,14 +1,20 @@
 package e2e
 
 import (
+	"bytes"
+	"errors"
 	"fmt"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"sync"
 	"syscall"
 	"testing"
 
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
 	"k8s.io/client-go/rest"
 
 	"github.com/kargo-latch/kargo-latch/test/cluster"
@@ -23,6 +29,13 @@ var operatorBinary struct {
 // buildOperator builds the real kargo-latch binary once per test run.
 func buildOperator(t *testing.T) string {
 	t.Helper()
+	path, err := operatorPath()
+	must(t, err)
+	return path
+}
+
+// operatorPath is buildOperator returning its error.
+func operatorPath() (string, error) {
 	operatorBinary.once.Do(func() {
 		dir, err := os.MkdirTemp("", "kargo-latch-bin-")
 		if err != nil {
@@ -36,10 +49,7 @@ func buildOperator(t *testing.T) string {
 			operatorBinary.err = fmt.Errorf("go build: %w\n%s", err, out)
 		}
 	})
-	if operatorBinary.err != nil {
-		t.Fatal(operatorBinary.err)
-	}
-	return operatorBinary.path
+	return operatorBinary.path, operatorBinary.err
 }
 
 // writeKubeconfig writes a kubeconfig for cfg's host and bearer token.
@@ -59,6 +69,9 @@ type process struct {
 	log  *os.File
 	cmd  *exec.Cmd
 	done chan struct{}
+	// metrics is where the process serves /metrics; empty when it does
+	// not (see newMeteredProcess).
+	metrics metricsAt
 }
 
 func newProcess(t *testing.T, args ...string) *process {
@@ -91,15 +104,26 @@ func newProcessAs(t *testing.T, cfg *rest.Config, args ...string) *process {
 
 func (p *process) start() {
 	p.t.Helper()
-	p.cmd = exec.Command(buildOperator(p.t), p.args...)
+	must(p.t, p.launch())
+}
+
+// launch is start returning its error, for a goroutine that restarts the
+// process (t.Fatal must not be called there).
+func (p *process) launch() error {
+	path, err := operatorPath()
+	if err != nil {
+		return err
+	}
+	p.cmd = exec.Command(path, p.args...)
 	p.cmd.Stdout, p.cmd.Stderr = p.log, p.log
 	p.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	if err := p.cmd.Start(); err != nil {
-		p.t.Fatal(err)
+		return err
 	}
 	done := make(chan struct{})
 	p.done = done
 	go func(cmd *exec.Cmd) { _ = cmd.Wait(); close(done) }(p.cmd)
+	return nil
 }
 
 // exited reports whether the process ended by itself.
@@ -120,4 +144,58 @@ func (p *process) kill() {
 	_ = p.cmd.Process.Signal(syscall.SIGKILL)
 	<-p.done
 	p.cmd = nil
+}
+
+// newMeteredProcess is newProcessAs whose /metrics is served on a free
+// loopback port (the same one across restarts), so that the test can read
+// its work: see caughtUp. Its flag comes after args and wins.
+func newMeteredProcess(t *testing.T, cfg *rest.Config, args ...string) *process {
+	t.Helper()
+	ports, err := cluster.FreePorts(1)
+	must(t, err)
+	addr := "127.0.0.1:" + strconv.Itoa(ports[0])
+	p := newProcessAs(t, cfg, append(args, "--metrics-bind-address", addr)...)
+	p.metrics = metricsAt("http://" + addr + "/metrics")
+	return p
+}
+
+func (p *process) work() (work, error) {
+	if p.metrics == "" {
+		return work{}, errors.New("the process serves no metrics (see newMeteredProcess)")
+	}
+	return p.metrics.work()
+}
+
+// caughtUp waits until the process, in its current run, has synced and is
+// idle. A run's first leadership term queues every Stage it caches before
+// its first sync, so every Stage has then been judged by this run: what a
+// restart could do again, it has done.
+func (p *process) caughtUp(t *testing.T) {
+	t.Helper()
+	waitIdle(t, p, 1)
+}
+
+// metricsAt is the URL of an operator process's /metrics, read as a meter.
+type metricsAt string
+
+func (u metricsAt) work() (work, error) {
+	code, body, err := httpGet(string(u))
+	if err != nil {
+		return work{}, err
+	}
+	if code != http.StatusOK {
+		return work{}, fmt.Errorf("GET %s: status %d", u, code)
+	}
+	parser := expfmt.NewTextParser(model.LegacyValidation)
+	mfs, err := parser.TextToMetricFamilies(bytes.NewReader(body))
+	if err != nil {
+		return work{}, fmt.Errorf("parsing %s: %w", u, err)
+	}
+	return workFrom(func(name string) float64 {
+		total := 0.0
+		for _, v := range series(mfs, name, nil) {
+			total += v
+		}
+		return total
+	}), nil
 }

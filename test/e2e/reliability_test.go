@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"maps"
 	"math/rand/v2"
@@ -104,21 +105,27 @@ func oracle(kind int) latch.Record {
 func TestReliabilityKillScenario(t *testing.T) {
 	t.Parallel()
 	ns, wideNS := env.newProject(t), env.newProject(t)
-	op := newProcess(t, scenarioArgs(ns, wideNS)...)
+	op := newMeteredProcess(t, env.operator, scenarioArgs(ns, wideNS)...)
 	op.start()
 	const killsWanted = 20
 	var kills atomic.Int64
 	var killer sync.WaitGroup
+	var restartErr error
 	killer.Go(func() {
 		for kills.Load() < killsWanted {
-			time.Sleep(time.Duration(200+rand.IntN(600)) * time.Millisecond) //nolint:gosec // test jitter
+			time.Sleep(time.Duration(200+rand.IntN(600)) * time.Millisecond) //nolint:gosec // the fault's timing (jitter), not a wait
 			op.kill()
 			kills.Add(1)
-			op.start()
+			if restartErr = op.launch(); restartErr != nil {
+				return
+			}
 		}
 	})
-	reliabilityScenario(t, env, ns, wideNS, func() string {
+	reliabilityScenario(t, env, ns, wideNS, op, func() string {
 		killer.Wait()
+		if restartErr != nil {
+			t.Errorf("restarting the operator: %v", restartErr)
+		}
 		return fmt.Sprintf("%d SIGKILLs", kills.Load())
 	})
 }
@@ -129,30 +136,23 @@ func TestReliabilityLeaderLoss(t *testing.T) {
 	t.Parallel()
 	ns, wideNS := env.newProject(t), env.newProject(t)
 	args := append(scenarioArgs(ns, wideNS), "--leader-elect", "--leader-election-namespace", "kargo-latch", "--leader-election-id", "e2e-"+ns)
-	leader, standby := newProcess(t, args...), newProcess(t, args...)
+	leader, standby := newMeteredProcess(t, env.operator, args...), newMeteredProcess(t, env.operator, args...)
 	leader.start()
-	time.Sleep(time.Second) // the first replica wins the first election
+	waitFor(t, "the first replica to win the first election", func() bool { return leaseHolder("e2e-"+ns) != "" })
 	standby.start()
 	var failover time.Duration
 	var done sync.WaitGroup
 	done.Go(func() {
-		time.Sleep(3 * time.Second) // mid-scenario
-		lease := func() string {
-			l, err := env.kube.CoordinationV1().Leases("kargo-latch").Get(ctx, "e2e-"+ns, metav1.GetOptions{})
-			if err != nil || l.Spec.HolderIdentity == nil {
-				return ""
-			}
-			return *l.Spec.HolderIdentity
-		}
-		before := lease()
+		time.Sleep(3 * time.Second) // the fault's timing, not a wait: mid-scenario
+		before := leaseHolder("e2e-" + ns)
 		leader.kill()
 		killed := time.Now()
-		for lease() == before && time.Since(killed) < time.Minute {
-			time.Sleep(100 * time.Millisecond)
-		}
+		_ = poller{limit: time.Minute, every: 100 * time.Millisecond}.wait("the standby to take the Lease", func() (bool, error) {
+			return leaseHolder("e2e-"+ns) != before, nil
+		})
 		failover = time.Since(killed)
 	})
-	reliabilityScenario(t, env, ns, wideNS, func() string {
+	reliabilityScenario(t, env, ns, wideNS, standby, func() string {
 		done.Wait()
 		return fmt.Sprintf("the leader SIGKILLed mid-scenario, the standby took the Lease %v later", failover.Round(time.Millisecond))
 	})
@@ -160,7 +160,7 @@ func TestReliabilityLeaderLoss(t *testing.T) {
 
 func scenarioArgs(ns, wideNS string) []string {
 	return []string{"--namespace", ns, "--namespace", wideNS, "--degraded-grace", "1s", "--latch-deadline", "1m",
-		"--pause-on-failure", "--metrics-bind-address", "0", "--health-probe-bind-address", "0"}
+		"--pause-on-failure", "--health-probe-bind-address", "0"}
 }
 
 // reliabilityScenario runs 200 Stages through latches, flaps, failures,
@@ -168,8 +168,9 @@ func scenarioArgs(ns, wideNS string) []string {
 // caller disrupts the operator, then compares every Stage's end state with
 // the model oracle: no lost latch, no lost or spurious pause, and exactly
 // one StagePaused Event per pause. disrupted waits for the disruption to
-// end and describes it.
-func reliabilityScenario(t *testing.T, w *world, ns, wideNS string, disrupted func() string) {
+// end and describes it; last is the operator process that runs after it
+// (the one that leads, under leader election).
+func reliabilityScenario(t *testing.T, w *world, ns, wideNS string, last *process, disrupted func() string) {
 	t.Helper()
 	const n, wide = 200, 20
 	stages := make([]*driver.Stage, n)
@@ -180,72 +181,19 @@ func reliabilityScenario(t *testing.T, w *world, ns, wideNS string, disrupted fu
 	for i := range wideStages {
 		wideStages[i] = w.createStage(t, wideNS, fmt.Sprintf("w%02d", i), nil)
 	}
-	slowWait := func(what string, cond func() bool) {
-		t.Helper()
-		deadline := time.Now().Add(2 * time.Minute)
-		for !cond() {
-			if time.Now().After(deadline) {
-				t.Errorf("timed out waiting for %s", what)
-				return
-			}
-			time.Sleep(150 * time.Millisecond)
-		}
-	}
-	play := func(i int, s *driver.Stage) {
-		_, err := s.FinishPromotion(ctx, "Succeeded")
-		must(t, err)
-		must(t, s.SetHealth(ctx, kargo.HealthProgressing))
-		must(t, s.SetHealth(ctx, kargo.HealthHealthy))
-		slowWait(s.Name+" latched", func() bool { return stageRecord(t, s).Phase == latch.PhaseLatched })
-		switch i % kinds {
-		case kindFlapper:
-			for range 3 {
-				must(t, s.SetHealth(ctx, kargo.HealthProgressing))
-				must(t, s.SetHealth(ctx, kargo.HealthHealthy))
-			}
-		case kindPromotionFails:
-			_, err := s.FinishPromotion(ctx, "Failed")
-			must(t, err)
-			slowWait(s.Name+" paused", func() bool { return paused(t, s) })
-		case kindDegrades:
-			must(t, s.SetHealth(ctx, kargo.HealthUnhealthy))
-			slowWait(s.Name+" paused", func() bool { return paused(t, s) })
-		case kindManualPause:
-			must(t, createPause(w.dev, pause(ns, s.Name+"-manual", s.Name, "Manual")))
-			slowWait(s.Name+" paused", func() bool { return paused(t, s) })
-		case kindResumed:
-			_, err := s.FinishPromotion(ctx, "Errored")
-			must(t, err)
-			slowWait(s.Name+" paused", func() bool { return paused(t, s) })
-			must(t, deletePause(w.lead, ns, stageRecord(t, s).Failure.Pause))
-			slowWait(s.Name+" resumed", func() bool { return !paused(t, s) })
-		}
-	}
-
+	// The stories run on goroutines of their own: they return their errors.
+	stories := &scenarioStories{w: w, ns: ns, slow: poller{limit: 2 * time.Minute, every: 150 * time.Millisecond}}
+	errs := make([]error, n+1)
 	var wg sync.WaitGroup
 	work := make(chan int)
 	for range 12 {
 		wg.Go(func() {
 			for i := range work {
-				play(i, stages[i])
+				errs[i] = stories.play(i%kinds, stages[i])
 			}
 		})
 	}
-	wg.Go(func() {
-		for _, s := range wideStages {
-			_, err := s.FinishPromotion(ctx, "Succeeded")
-			must(t, err)
-			must(t, s.SetHealth(ctx, kargo.HealthHealthy))
-		}
-		must(t, createPause(w.dev, pause(wideNS, "big-red-button", "*", "ProjectPause")))
-		for _, s := range wideStages {
-			slowWait(s.Name+" paused project-wide", func() bool { return paused(t, s) })
-		}
-		must(t, deletePause(w.lead, wideNS, "big-red-button"))
-		for _, s := range wideStages {
-			slowWait(s.Name+" resumed project-wide", func() bool { return !paused(t, s) })
-		}
-	})
+	wg.Go(func() { errs[n] = stories.pauseProjectWide(wideNS, wideStages) })
 	for i := range stages {
 		work <- i
 	}
@@ -253,10 +201,15 @@ func reliabilityScenario(t *testing.T, w *world, ns, wideNS string, disrupted fu
 	wg.Wait()
 	disruption := disrupted()
 	t.Logf("disruption: %s", disruption)
+	if err := errors.Join(errs...); err != nil {
+		t.Error(err)
+	}
 	if t.Failed() {
 		return
 	}
-	settle()
+	// The run after the disruption has judged every Stage: a pause, record
+	// or Event it would make again is made by now.
+	last.caughtUp(t)
 	// A StagePaused Event is made beside the record that pauses the Stage:
 	// one the last SIGKILL cut short is made by the next process's first
 	// sync of that Stage, which may come after the end state is reached.
@@ -365,4 +318,125 @@ func TestOracleAgreesWithTheContract(t *testing.T) {
 			t.Errorf("kind %d: latch.Step ends %+v, the contract says %+v", kind, got, want)
 		}
 	}
+}
+
+// scenarioStories plays the stories of the reliability scenario. Each runs
+// outside the test's goroutine and returns its error.
+type scenarioStories struct {
+	w    *world
+	ns   string
+	slow poller
+}
+
+// play takes s through the story of kind.
+func (st *scenarioStories) play(kind int, s *driver.Stage) error {
+	err := st.latch(s)
+	if err == nil {
+		err = st.after(kind, s)
+	}
+	if err != nil {
+		return fmt.Errorf("%s (kind %d): %w", s.Name, kind, err)
+	}
+	return nil
+}
+
+func (st *scenarioStories) latch(s *driver.Stage) error {
+	if _, err := s.FinishPromotion(ctx, "Succeeded"); err != nil {
+		return err
+	}
+	for _, h := range []string{kargo.HealthProgressing, kargo.HealthHealthy} {
+		if err := s.SetHealth(ctx, h); err != nil {
+			return err
+		}
+	}
+	return st.slow.wait(s.Name+" latched", func() (bool, error) {
+		r, err := readRecord(s)
+		return r.Phase == latch.PhaseLatched, err
+	})
+}
+
+// after plays what follows the latch in a story of kind.
+func (st *scenarioStories) after(kind int, s *driver.Stage) error {
+	switch kind {
+	case kindFlapper:
+		for range 3 {
+			for _, h := range []string{kargo.HealthProgressing, kargo.HealthHealthy} {
+				if err := s.SetHealth(ctx, h); err != nil {
+					return err
+				}
+			}
+		}
+		return nil
+	case kindPromotionFails:
+		if _, err := s.FinishPromotion(ctx, "Failed"); err != nil {
+			return err
+		}
+		return st.waitPaused(s, true, "paused")
+	case kindDegrades:
+		if err := s.SetHealth(ctx, kargo.HealthUnhealthy); err != nil {
+			return err
+		}
+		return st.waitPaused(s, true, "paused")
+	case kindManualPause:
+		if err := createPause(st.w.dev, pause(st.ns, s.Name+"-manual", s.Name, "Manual")); err != nil {
+			return err
+		}
+		return st.waitPaused(s, true, "paused")
+	case kindResumed:
+		if _, err := s.FinishPromotion(ctx, "Errored"); err != nil {
+			return err
+		}
+		if err := st.waitPaused(s, true, "paused"); err != nil {
+			return err
+		}
+		r, err := readRecord(s)
+		if err != nil {
+			return err
+		}
+		if r.Failure == nil {
+			return fmt.Errorf("paused with no failure in its record (phase %s)", r.Phase)
+		}
+		if err := deletePause(st.w.lead, st.ns, r.Failure.Pause); err != nil {
+			return err
+		}
+		return st.waitPaused(s, false, "resumed")
+	}
+	return nil
+}
+
+// pauseProjectWide latches the Stages of wideNS, pauses the project, waits
+// until every Stage is paused, resumes it and waits until none is.
+func (st *scenarioStories) pauseProjectWide(wideNS string, stages []*driver.Stage) error {
+	for _, s := range stages {
+		if _, err := s.FinishPromotion(ctx, "Succeeded"); err != nil {
+			return err
+		}
+		if err := s.SetHealth(ctx, kargo.HealthHealthy); err != nil {
+			return err
+		}
+	}
+	if err := createPause(st.w.dev, pause(wideNS, "big-red-button", "*", "ProjectPause")); err != nil {
+		return err
+	}
+	for _, s := range stages {
+		if err := st.waitPaused(s, true, "paused project-wide"); err != nil {
+			return err
+		}
+	}
+	if err := deletePause(st.w.lead, wideNS, "big-red-button"); err != nil {
+		return err
+	}
+	for _, s := range stages {
+		if err := st.waitPaused(s, false, "resumed project-wide"); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (st *scenarioStories) waitPaused(s *driver.Stage, want bool, what string) error {
+	return st.slow.wait(s.Name+" "+what, func() (bool, error) {
+		p, err := isPaused(s)
+		return p == want, err
+	})
 }

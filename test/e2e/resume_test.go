@@ -46,7 +46,7 @@ func TestResumeIsNeverUndoneByAFailingStore(t *testing.T) {
 func TestResumeIsNeverUndoneAcrossACrash(t *testing.T) {
 	t.Parallel()
 	ns := env.newProject(t)
-	op := newProcess(t, "--namespace", ns, "--latch-deadline", "1m", "-v", "2")
+	op := newMeteredProcess(t, env.operator, "--namespace", ns, "--latch-deadline", "1m", "--health-probe-bind-address", "0", "-v", "2")
 	op.start()
 	prod := env.createStage(t, ns, "prod", map[string]string{controller.PauseOnFailureAnnotation: "true"})
 	promoteAndLatch(t, prod)
@@ -61,7 +61,9 @@ func TestResumeIsNeverUndoneAcrossACrash(t *testing.T) {
 	lift()
 	op.start()
 	checkResumedForGood(t, ns, prod, x)
-	settle() // the process's metrics are not reachable from here; its sync of the Stage came before the release
+	// The restarted run has judged the Stage (its sync released the pause);
+	// once it is idle, no later sync can make the pause again.
+	op.caughtUp(t)
 	if n := len(env.listPauses(t, ns)); n != 0 {
 		t.Errorf("%d StagePauses after the restart, want 0: the resume was undone", n)
 	}

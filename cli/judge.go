@@ -1,0 +1,311 @@
+package cli
+
+import (
+	"fmt"
+	"strings"
+	"time"
+
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+
+	"github.com/kargo-latch/kargo-latch/api/v1alpha1"
+	"github.com/kargo-latch/kargo-latch/kargo"
+	"github.com/kargo-latch/kargo-latch/latch"
+)
+
+// condition is what wait waits for (--for).
+type condition string
+
+const (
+	forLatched  condition = "latched"
+	forPaused   condition = "paused"
+	forResumed  condition = "resumed"
+	forVerified condition = "verified"
+)
+
+var conditions = []string{string(forLatched), string(forPaused), string(forResumed), string(forVerified)}
+
+// ofCycle reports whether the condition is about a promotion's cycle,
+// rather than about the Stage's pauses.
+func (c condition) ofCycle() bool { return c == forLatched || c == forVerified }
+
+// outcome is where a wait stands.
+type outcome int
+
+const (
+	waiting outcome = iota
+	reached
+	failed
+)
+
+// verdict is one judgement: the outcome, and for people what was reached,
+// why it failed, or what it waits for now.
+type verdict struct {
+	outcome outcome
+	message string
+}
+
+// Promotion phases, as Kargo writes them.
+const (
+	promotionPending   = "Pending"
+	promotionRunning   = "Running"
+	promotionSucceeded = "Succeeded"
+	promotionFailed    = "Failed"
+	promotionErrored   = "Errored"
+	promotionAborted   = "Aborted"
+)
+
+// promotion is what wait reads of a Promotion object.
+type promotion struct {
+	Name, Stage, Freight string
+	// Phase is status.phase; empty until Kargo has seen the Promotion,
+	// which is Pending to Kargo.
+	Phase   string
+	Message string
+}
+
+func promotionOf(u *unstructured.Unstructured) promotion {
+	str := func(path ...string) string {
+		s, _, _ := unstructured.NestedString(u.Object, path...)
+		return s
+	}
+	return promotion{Name: u.GetName(), Stage: str("spec", "stage"), Freight: str("spec", "freight"),
+		Phase: str("status", "phase"), Message: str("status", "message")}
+}
+
+// sighting is what wait has seen: the inputs of judge.
+type sighting struct {
+	// stage is nil once the Stage is gone.
+	stage  *unstructured.Unstructured
+	pauses []v1alpha1.StagePause
+	// promotion is the Promotion object wait is pinned to, nil when it is
+	// not seen (not yet, gone, or not allowed to be read).
+	promotion *promotion
+	// verifiedIn reports whether a Freight's status.verifiedIn has the
+	// Stage; nil when Freight are not read.
+	verifiedIn func(freight string) bool
+}
+
+// judge decides where a wait for cond stands. target is the promotion whose
+// cycle a wait for latched or verified is pinned to; empty, it follows the
+// Stage's current cycle, whichever it is.
+func judge(cond condition, target string, s sighting) verdict {
+	if s.stage == nil {
+		return verdict{failed, "the Stage was deleted"}
+	}
+	if !cond.ofCycle() {
+		return judgePause(cond, s)
+	}
+	rec, err := latch.Decode(s.stage.GetAnnotations()[kargo.StateAnnotation])
+	if err != nil {
+		// The operator replaces an invalid record with a new one.
+		return verdict{waiting, "the latch record is not valid: " + err.Error()}
+	}
+	st := kargo.StatusFromUnstructured(s.stage)
+	if st == nil {
+		st = &kargo.StageStatus{}
+	}
+	if target != "" && !isCycleOf(target, rec, st, s.promotion) {
+		return judgeOtherCycle(target, rec, st, s.promotion)
+	}
+	name := cycleName(target, rec)
+	switch rec.Phase {
+	case latch.PhaseFailed:
+		return verdict{failed, fmt.Sprintf("%s failed: %s", name, failure(rec))}
+	case "", latch.PhaseIdle:
+		return verdict{waiting, "the Stage has no promotion yet"}
+	}
+	if cond == forVerified {
+		if v, ok := judgeVerified(rec, st, s.verifiedIn); ok {
+			return verdict{reached, v}
+		}
+	} else if rec.Phase == latch.PhaseLatched {
+		return verdict{reached, fmt.Sprintf("%s latched %s", name, when(rec.LatchedAt))}
+	}
+	return verdict{waiting, fmt.Sprintf("%s is %s", name, progress(rec, st))}
+}
+
+// isCycleOf reports whether the record's cycle is the target promotion's.
+// A cycle that began with a Freight change, its promotion unnamed (Kargo's
+// replay order: see latch.Record.Promotion), is the target's when it holds
+// the target's Freight.
+func isCycleOf(target string, rec latch.Record, st *kargo.StageStatus, p *promotion) bool {
+	if rec.IsZero() || rec.Phase == latch.PhaseIdle {
+		return false
+	}
+	if rec.Promotion != "" {
+		return rec.Promotion == target
+	}
+	freight := ""
+	if p != nil && p.Name == target {
+		freight = p.Freight
+	} else if lp := st.LastPromotion; lp != nil && lp.Name == target {
+		freight = lp.Freight
+	}
+	return freight != "" && rec.Freight == freight
+}
+
+// judgeOtherCycle judges a wait whose target promotion's cycle is not the
+// record's: the promotion has not finished, failed, or was overtaken.
+func judgeOtherCycle(target string, rec latch.Record, st *kargo.StageStatus, p *promotion) verdict {
+	phase, message := promotionPhase(target, st, p)
+	switch phase {
+	case promotionFailed, promotionErrored:
+		return verdict{failed, withMessage(fmt.Sprintf("promotion %s %s", target, phase), message)}
+	case promotionAborted:
+		return verdict{failed, withMessage(fmt.Sprintf("promotion %s was aborted", target), message)}
+	case promotionPending, promotionRunning:
+		return verdict{waiting, fmt.Sprintf("promotion %s is %s", target, phase)}
+	}
+	// Kargo names Promotions <stage>.<ULID>.<freight> and runs a Stage's
+	// Promotions in name order: a record of a later-named promotion means
+	// that the target's cycle, if it ever began, is over.
+	if rec.Promotion > target {
+		return verdict{failed, fmt.Sprintf("the cycle of promotion %s is over: the newer promotion %s has started its own", target, rec.Promotion)}
+	}
+	if phase == promotionSucceeded {
+		return verdict{waiting, fmt.Sprintf("promotion %s succeeded; waiting for kargo-latch to start its cycle", target)}
+	}
+	return verdict{waiting, fmt.Sprintf("waiting for promotion %s", target)}
+}
+
+// promotionPhase is the target promotion's phase as far as anything shows
+// it, and Kargo's message: a terminal phase from either the Promotion or the
+// Stage wins, as either may be seen first.
+func promotionPhase(target string, st *kargo.StageStatus, p *promotion) (phase, message string) {
+	if p != nil && p.Name == target {
+		phase, message = p.Phase, p.Message
+		if phase == "" {
+			phase = promotionPending
+		}
+	}
+	if terminal(phase) {
+		return phase, message
+	}
+	if lp := st.LastPromotion; lp != nil && lp.Name == target && terminal(lp.Phase) {
+		return lp.Phase, ""
+	}
+	if st.CurrentPromotion == target {
+		return promotionRunning, ""
+	}
+	return phase, message
+}
+
+func terminal(phase string) bool {
+	switch phase {
+	case promotionSucceeded, promotionFailed, promotionErrored, promotionAborted:
+		return true
+	}
+	return false
+}
+
+// judgeVerified reports whether the cycle's Freight is verified in the
+// Stage: marked by kargo-latch (the record), or verified by Kargo (each
+// Freight's status.verifiedIn). Only the cycle's own Freight counts: right
+// after a promotion, freightHistory[0] may still be the previous one's.
+func judgeVerified(rec latch.Record, st *kargo.StageStatus, verifiedIn func(string) bool) (string, bool) {
+	if st.FreightID == "" || st.FreightID != rec.FreightID || len(st.FreightNames) == 0 {
+		return "", false
+	}
+	freight := strings.Join(st.FreightNames, ", ")
+	if markedVerified(st.FreightNames, &rec) {
+		return fmt.Sprintf("Freight %s is verified in the Stage (marked by kargo-latch when the cycle latched)", freight), true
+	}
+	if verifiedIn == nil {
+		return "", false
+	}
+	for _, f := range st.FreightNames {
+		if !verifiedIn(f) {
+			return "", false
+		}
+	}
+	return fmt.Sprintf("Freight %s is verified in the Stage", freight), true
+}
+
+// freightVerifiedIn reports whether a Freight's status.verifiedIn has stage.
+func freightVerifiedIn(u *unstructured.Unstructured, stage string) bool {
+	_, found, _ := unstructured.NestedMap(u.Object, "status", "verifiedIn", stage)
+	return found
+}
+
+func judgePause(cond condition, s sighting) verdict {
+	pauses := covering(s.stage.GetNamespace(), s.stage.GetName(), s.pauses)
+	var names []string
+	for _, p := range pauses {
+		names = append(names, p.Name)
+	}
+	switch {
+	case len(pauses) == 0 && cond == forResumed:
+		return verdict{reached, "the Stage is not paused"}
+	case len(pauses) == 0:
+		return verdict{waiting, "the Stage is not paused"}
+	}
+	paused := fmt.Sprintf("the Stage is paused by StagePause %s (reason %s)", strings.Join(names, ", "), pauses[0].EffectiveReason())
+	if cond == forPaused {
+		return verdict{reached, paused}
+	}
+	return verdict{waiting, paused}
+}
+
+func cycleName(target string, rec latch.Record) string {
+	switch {
+	case target != "":
+		return "the cycle of promotion " + target
+	case rec.Promotion != "":
+		return "the current cycle (promotion " + rec.Promotion + ")"
+	case rec.Freight != "":
+		return "the current cycle (Freight " + rec.Freight + ")"
+	}
+	return "the current cycle"
+}
+
+func failure(rec latch.Record) string {
+	if rec.Failure == nil {
+		return "no reason recorded"
+	}
+	return withMessage(string(rec.Failure.Reason), rec.Failure.Message)
+}
+
+// progress says where a cycle that has not reached the condition is.
+func progress(rec latch.Record, st *kargo.StageStatus) string {
+	switch rec.Phase {
+	case latch.PhasePromoted:
+		s := "Promoted, waiting for the latch"
+		if n := len(st.Apps); n > 0 && n <= latch.MaxApps {
+			seen := len(appStatusesSeen(st.Apps, rec.AppsHealthy))
+			s += fmt.Sprintf(" (%d/%d Applications seen Healthy)", seen, n)
+		}
+		return s
+	case latch.PhaseDegraded:
+		return "Degraded " + when(rec.DegradedSince) + ", waiting for it to recover"
+	case latch.PhaseLatched:
+		return "Latched " + when(rec.LatchedAt) + "; its Freight is not verified in the Stage yet"
+	}
+	return string(rec.Phase)
+}
+
+// appStatusesSeen are the Applications listed now that were seen Healthy.
+func appStatusesSeen(listed []latch.App, seen map[string]time.Time) []string {
+	var out []string
+	for _, a := range listed {
+		if _, ok := seen[a.Key()]; ok {
+			out = append(out, a.Key())
+		}
+	}
+	return out
+}
+
+// when is an absolute time: a wait's messages change only when the Stage
+// does.
+func when(t *time.Time) string {
+	if t == nil {
+		return ""
+	}
+	return "at " + t.UTC().Format(time.RFC3339)
+}
+
+func withMessage(s, message string) string {
+	if message == "" {
+		return s
+	}
+	return s + ": " + message
+}
