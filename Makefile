@@ -9,13 +9,17 @@ GOLANGCI_VERSION := v2.15.0
 # Packages that run with the race detector (the issue's list, plus the rest
 # of the operator's own code).
 RACE_PKGS     := ./latch/... ./queue/... ./controller/... ./kargo/... ./metrics/... ./api/... ./hack/... ./cli/...
-PROMTOOL      ?= promtool
+# Prometheus 3: promtool runs the rule tests, the server the alert
+# end-to-end tests. Both are built from the Go module test/tools/prometheus
+# pins.
+PROMTOOL      := $(BIN)/promtool
+PROMETHEUS    := $(BIN)/prometheus
 FUZZTIME      ?= 30s
 # The failure-injection tests of docs/reliability.md: SIGKILL loops, leader
 # loss, an API server outage, and the bad-input corpus.
 RELIABILITY   := TestReliabilityKillScenario|TestReliabilityLeaderLoss|TestMalformedKargoObjectsAreRefused|TestExactlyOncePauseAcrossKills|TestLeaderElection|TestAPIServerOutage|TestReliabilityAPIServerOutage|TestRestartKeepsLatch|TestBadInputIsReportedAndHarmless|TestPauseBadInput|TestPauseCreatedAndDeletedAtOnce|TestStageDeletedWhilePaused|TestNamespaceDeletedMidScenario|TestHugeAnnotations|TestMarkVerifiedExactlyOnceAcrossKills
 
-.PHONY: all build test unit fuzz rules e2e test-reliability lint cluster demo bench generate clean
+.PHONY: all build test unit fuzz rules chart e2e test-reliability lint cluster demo bench generate clean prometheus
 
 all: build
 
@@ -24,7 +28,7 @@ build:
 
 ## test: everything CI runs: lint, unit tests with -race, bounded fuzzing,
 ## and the acceptance tests on a real kube-apiserver.
-test: lint unit rules fuzz e2e test-reliability
+test: lint unit rules chart fuzz e2e test-reliability
 
 unit:
 	$(GO) test -race -count=1 $(RACE_PKGS) ./cmd/...
@@ -33,12 +37,12 @@ fuzz:
 	$(GO) test -run='^$$' -fuzz='^FuzzStep$$' -fuzztime=$(FUZZTIME) -fuzzminimizetime=2s ./latch/
 	$(GO) test -run='^$$' -fuzz='^FuzzDecode$$' -fuzztime=$(FUZZTIME) -fuzzminimizetime=2s ./latch/
 
-e2e: cluster
+e2e: cluster $(PROMETHEUS) $(PROMTOOL) $(BIN)/helm
 	$(GO) test -race -count=1 -timeout=15m -skip '^($(RELIABILITY))$$' ./test/...
 
 ## test-reliability: the failure-injection suite (docs/reliability.md); the
 ## fuzzing of `make fuzz` belongs to it too.
-test-reliability: cluster
+test-reliability: cluster $(PROMETHEUS)
 	$(GO) test -race -count=1 -timeout=20m -run '^($(RELIABILITY))$$' -v ./test/e2e | grep -E '^(=== RUN|--- |ok|FAIL|PASS)|_test.go:[0-9]+: '; exit $${PIPESTATUS[0]}
 
 ## cluster: build kube-apiserver and kube-controller-manager v1.37.2 and
@@ -65,20 +69,69 @@ $(BIN)/etcd:
 	@echo ">> Building etcd v3.7.0 from Go modules into bin/ (first run only; under a minute)..."
 	cd test/tools && $(GO) build -o $(BIN)/etcd ./etcd
 
-## rules: check the alert rules and run their unit tests with promtool.
-rules:
-	@command -v $(PROMTOOL) >/dev/null || (echo "promtool is missing: apt-get install prometheus" && exit 1)
+## rules: check the alert rules and run their unit tests with promtool, and
+## check the Grafana dashboard's queries against the metrics the operator
+## exports (hack/dashboard).
+rules: $(PROMTOOL)
 	$(PROMTOOL) check rules manifests/prometheus/rules.yaml
 	cd manifests/prometheus && $(PROMTOOL) test rules rules_test.yaml
+	cd hack/dashboard && $(GO) test -count=1 ./...
 
-## generate: regenerate the PrometheusRule from the plain rules file.
+## prometheus: build promtool and prometheus (Prometheus 3) from Go modules
+## into bin/, only when missing.
+prometheus: $(PROMTOOL) $(PROMETHEUS)
+
+# promtool and prometheus, built from Go modules only when missing, with the
+# module's VERSION stamped in. The tag remove_all_sd leaves out every service
+# discovery but static targets (all the tests use), which spares compiling the
+# cloud SDKs; without the tag builtinassets the web UI is left out too: the
+# tests use the HTTP API only.
+$(PROMTOOL) $(PROMETHEUS):
+	@echo ">> Building $(@F) (Prometheus 3) from Go modules into bin/ (first run only; about 2-5 minutes on 2 cores, the second of the two less)..."
+	cd test/tools/prometheus && $(GO) mod download github.com/prometheus/prometheus && \
+	version=$$(cat "$$($(GO) list -m -f '{{.Dir}}' github.com/prometheus/prometheus)/VERSION") && \
+	$(GO) build -v -tags remove_all_sd -ldflags "-X github.com/prometheus/common/version.Version=$$version" \
+		-o $@ github.com/prometheus/prometheus/cmd/$(@F) 2>&1 | \
+		awk '{ n++; if (n % 100 == 0) printf("   ... %d packages compiled\n", n); fflush() } END { printf("   ... done (%d packages)\n", n) }'
+	@test -x $@ || (echo "building $(@F) failed; run: cd test/tools/prometheus && go build github.com/prometheus/prometheus/cmd/$(@F)" && exit 1)
+
+## chart: lint the Helm chart, with its defaults and with every opt-in on,
+## and check that its generated files (README, CRD and rules copies) are
+## current. The e2e suite renders it against the kustomize install,
+## dry-runs every object on the apiserver and installs it.
+chart: $(BIN)/helm
+	$(BIN)/helm lint --strict charts/kargo-latch
+	$(BIN)/helm lint --strict charts/kargo-latch --values charts/kargo-latch/ci/all-on-values.yaml
+	$(GO) test -count=1 ./hack/chart ./hack/prometheusrule
+
+# helm, built from the Go module test/tools/helm pins, with its version and
+# the Kubernetes version of its client libraries stamped in as helm's own
+# Makefile does (the default capabilities of `helm template` and `helm lint`).
+$(BIN)/helm:
+	@echo ">> Building helm from Go modules into bin/ (first run only; about 3-4 minutes on 2 cores)..."
+	cd test/tools/helm && \
+	helm=$$($(GO) list -m -f '{{.Version}}' helm.sh/helm/v3) && \
+	kube_minor=$$($(GO) list -m -f '{{.Version}}' k8s.io/client-go | cut -d. -f2) && \
+	$(GO) build -ldflags "-X helm.sh/helm/v3/internal/version.version=$$helm \
+		-X helm.sh/helm/v3/pkg/chartutil.k8sVersionMajor=1 -X helm.sh/helm/v3/pkg/chartutil.k8sVersionMinor=$$kube_minor \
+		-X helm.sh/helm/v3/pkg/lint/rules.k8sVersionMajor=1 -X helm.sh/helm/v3/pkg/lint/rules.k8sVersionMinor=$$kube_minor" \
+		-o $@ helm.sh/helm/v3/cmd/helm
+
+## generate: regenerate the PrometheusRule and the chart's copy of the
+## rules from the plain rules file, and the chart's README and CRD copies;
+## and the Grafana dashboard (hack/dashboard, a module of its own).
 generate:
 	$(GO) run ./hack/prometheusrule
+	$(GO) run ./hack/chart
+	cd hack/dashboard && $(GO) run .
 
 lint: $(GOLANGCI_LINT)
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 	$(GO) vet ./...
 	$(GOLANGCI_LINT) run ./...
+	# The dashboard generator is a module of its own (Prometheus's parser
+	# stays out of the operator's go.mod).
+	cd hack/dashboard && $(GO) vet ./... && $(GOLANGCI_LINT) run ./...
 
 $(GOLANGCI_LINT):
 	@echo ">> Installing golangci-lint $(GOLANGCI_VERSION) into bin/ (first run only)..."

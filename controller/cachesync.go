@@ -45,12 +45,13 @@ type cacheProblems struct {
 
 type cacheProblem struct {
 	text   string
+	known  bool // diagnosed: an installation fault a person must fix
 	logged time.Time
 }
 
 // record notes a cache's problem and reports whether to log it at error
 // level: it is new, changed, or was last logged a while ago.
-func (p *cacheProblems) record(name, text string, now time.Time) bool {
+func (p *cacheProblems) record(name, text string, known bool, now time.Time) bool {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.byCache == nil {
@@ -60,14 +61,35 @@ func (p *cacheProblems) record(name, text string, now time.Time) bool {
 	if seen && prev.text == text && now.Sub(prev.logged) < problemLogInterval {
 		return false
 	}
-	p.byCache[name] = cacheProblem{text: text, logged: now}
+	p.byCache[name] = cacheProblem{text: text, known: known, logged: now}
 	return true
+}
+
+// clear forgets a cache's problem: its watch opened.
+func (p *cacheProblems) clear(name string) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	delete(p.byCache, name)
 }
 
 func (p *cacheProblems) of(name string) string {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	return p.byCache[name].text
+}
+
+// diagnosed lists the diagnosed problems of every cache, sorted.
+func (p *cacheProblems) diagnosed() []string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	var out []string
+	for _, problem := range p.byCache {
+		if problem.known {
+			out = append(out, problem.text)
+		}
+	}
+	slices.Sort(out)
+	return slices.Compact(out)
 }
 
 // cacheName names the cache of gvr listed in namespace ns ("" for all).
@@ -88,7 +110,7 @@ func (c *Controller) watchErrorHandler(gvr schema.GroupVersionResource, ns strin
 		if !known {
 			cache.DefaultWatchErrorHandler(ctx, r, err)
 		}
-		if c.problems.record(name, text, c.clock.Now()) && known {
+		if c.problems.record(name, text, known, c.clock.Now()) && known {
 			klog.FromContext(ctx).Error(err, "Cannot list or watch "+name+": "+text,
 				"resource", gvr.GroupResource().String(), "namespace", ns)
 		}
@@ -138,9 +160,15 @@ func (c *Controller) HasSynced() bool {
 
 // Ready returns nil once Start has seen every informer synced, else why
 // not: the diagnosed problem of each cache not synced, when there is one.
-// It turns ready together with kargo_latch_cache_synced.
+// It turns ready together with kargo_latch_cache_synced. A synced cache
+// whose watch is refused (a ClusterRole with list but not watch) has
+// stopped following the API server: that is not ready either, until a watch
+// opens again.
 func (c *Controller) Ready() error {
 	if c.cachesSynced.Load() {
+		if problems := c.problems.diagnosed(); len(problems) > 0 {
+			return errors.New("informer caches synced, but cannot watch: " + strings.Join(problems, "; "))
+		}
 		return nil
 	}
 	if problems := c.unsyncedProblems(); problems != "" {

@@ -17,7 +17,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/dynamic"
-	"k8s.io/client-go/dynamic/dynamicinformer"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/kubernetes/scheme"
 	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
@@ -62,8 +61,11 @@ type Config struct {
 	Recorder record.EventRecorder
 	// Clock is the time source (default: the real clock).
 	Clock clock.WithTicker
-	// Resync re-syncs every Stage this often, so that a key dropped after
-	// repeated errors is healed (default 10m).
+	// Resync is how long a key dropped after repeated errors waits before it
+	// is tried again, and how often StagePauses and Promotions are resynced
+	// (default 10m). Stages are not resynced as a whole: at 10,000 Stages
+	// that is a burst of 10,000 syncs that every reaction waits behind, and
+	// each time-based transition asks for its own requeue.
 	Resync time.Duration
 	// StatusMissingAfter is how old a Stage without status must be before
 	// that is reported: a brand-new Stage has none until Kargo reconciles
@@ -84,18 +86,19 @@ type Controller struct {
 	work     atomic.Pointer[workQueues]
 	recorder record.EventRecorder
 	memos    *memos
+	// pauseLists shares a project-wide pause's live read of Promotions
+	// among the drains of its Stages.
+	pauseLists pauseLists
 
 	// Informers by namespace; the key "" holds an all-namespaces informer.
 	stageInformers     map[string]cache.SharedIndexInformer
 	promotionInformers map[string]cache.SharedIndexInformer
 	pauseInformers     map[string]cache.SharedIndexInformer
-	factories          []dynamicinformer.DynamicSharedInformerFactory
-	// ownInformers run outside the factories (Stages from StageClient).
-	ownInformers []cache.SharedIndexInformer
-	caches       []watchedCache
-	problems     cacheProblems
-	cachesSynced atomic.Bool  // Start saw every cache synced
-	bypass       *bypassWatch // gate bypasses seen (gatebypass.go)
+	informers          []cache.SharedIndexInformer
+	caches             []watchedCache
+	problems           cacheProblems
+	cachesSynced       atomic.Bool  // Start saw every cache synced
+	bypass             *bypassWatch // gate bypasses seen (gatebypass.go)
 }
 
 // workQueues are the queues of one leadership term.
@@ -108,7 +111,7 @@ type workQueues struct {
 const promotionsByStage = "stage"
 
 // maxRetries bounds the retries of a failing Stage before its key is
-// dropped until the next event or resync.
+// dropped, to be tried again after Resync (or at its next event).
 const maxRetries = 15
 
 // New builds a Controller and its informers; Run starts them.
@@ -152,10 +155,9 @@ func New(cfg Config) (*Controller, error) {
 }
 
 func (c *Controller) watchNamespace(ns string) error {
-	f := dynamicinformer.NewFilteredDynamicSharedInformerFactory(c.cfg.Dynamic, c.cfg.Resync, ns, nil)
-	stages := c.stageInformer(f, ns)
-	promotions := f.ForResource(kargo.PromotionsResource).Informer()
-	pauses := f.ForResource(v1alpha1.StagePausesResource).Informer()
+	stages := c.stageInformer(ns)
+	promotions := c.dynamicInformer(kargo.PromotionsResource, ns, c.cfg.Resync)
+	pauses := c.dynamicInformer(v1alpha1.StagePausesResource, ns, c.cfg.Resync)
 	for _, w := range []struct {
 		gvr       schema.GroupVersionResource
 		inf       cache.SharedIndexInformer
@@ -187,7 +189,7 @@ func (c *Controller) watchNamespace(ns string) error {
 		}},
 		{promotions, cache.ResourceEventHandlerFuncs{
 			AddFunc:    c.enqueuePromotionStage,
-			UpdateFunc: func(_, obj any) { c.enqueuePromotionStage(obj) },
+			UpdateFunc: c.updatePromotion,
 			DeleteFunc: c.enqueuePromotionStage,
 		}},
 		{pauses, cache.ResourceEventHandlerFuncs{
@@ -202,20 +204,7 @@ func (c *Controller) watchNamespace(ns string) error {
 		}
 	}
 	c.stageInformers[ns], c.promotionInformers[ns], c.pauseInformers[ns] = stages, promotions, pauses
-	c.factories = append(c.factories, f)
 	return nil
-}
-
-// stageInformer watches the Stages of ns through StageClient when there is
-// one, else through the dynamic factory f.
-func (c *Controller) stageInformer(f dynamicinformer.DynamicSharedInformerFactory, ns string) cache.SharedIndexInformer {
-	if c.cfg.StageClient == nil {
-		return f.ForResource(kargo.StagesResource).Informer()
-	}
-	inf := cache.NewSharedIndexInformer(kargo.StageListWatch(c.cfg.StageClient, ns), &kargo.Stage{}, c.cfg.Resync,
-		cache.Indexers{cache.NamespaceIndex: cache.MetaNamespaceIndexFunc})
-	c.ownInformers = append(c.ownInformers, inf)
-	return inf
 }
 
 func promotionStageIndex(obj any) ([]string, error) {
@@ -255,18 +244,9 @@ func (c *Controller) Start(ctx context.Context) error {
 		go func() { <-ctx.Done(); broadcaster.Shutdown() }()
 		c.recorder = broadcaster.NewRecorder(scheme.Scheme, corev1.EventSource{Component: FieldManager})
 	}
-	for _, f := range c.factories {
-		f.Start(ctx.Done())
-	}
-	for _, inf := range c.ownInformers {
+	for _, inf := range c.informers {
 		go inf.RunWithContext(ctx)
 	}
-	go func() {
-		<-ctx.Done()
-		for _, f := range c.factories {
-			f.Shutdown()
-		}
-	}()
 	return c.waitForCaches(ctx)
 }
 
@@ -297,8 +277,8 @@ func (c *Controller) RunWorkers(ctx context.Context) {
 			}
 		}
 	}
-	pauseWorker := &queue.Worker{Queue: w.pauses, Sync: c.syncPauseStatus, MaxRetries: maxRetries, OnError: c.syncFailed(ctx, "stagePause")}
-	stageWorker := &queue.Worker{Queue: w.stages, Sync: c.syncStage, MaxRetries: maxRetries, OnError: c.syncFailed(ctx, "stage")}
+	pauseWorker := &queue.Worker{Queue: w.pauses, Sync: c.syncPauseStatus, MaxRetries: maxRetries, RetryDroppedAfter: c.cfg.Resync, OnError: c.syncFailed(ctx, "stagePause")}
+	stageWorker := &queue.Worker{Queue: w.stages, Sync: c.syncStage, MaxRetries: maxRetries, RetryDroppedAfter: c.cfg.Resync, OnError: c.syncFailed(ctx, "stage")}
 	done := make(chan struct{})
 	go func() { defer close(done); pauseWorker.Run(ctx, 1) }()
 	stageWorker.Run(ctx, c.cfg.Workers)

@@ -219,36 +219,26 @@ func (c *Controller) eventOnce(ctx context.Context, stage *kargo.Stage, name, ev
 // it is Pending and Kargo's auto-promotion made it; Running Promotions and
 // people's Promotions are never touched.
 func (c *Controller) drain(ctx context.Context, stage *kargo.Stage, pause *v1alpha1.StagePause) error {
-	queued, err := c.stagePromotions(ctx, stage)
+	queued, err := c.stagePromotions(ctx, stage, pause)
 	if err != nil {
 		return err
 	}
 	var drained []string
 	for _, p := range queued {
-		if (p.Phase != "" && p.Phase != "Pending") || !p.AutoPromotion() {
+		if !queuedAuto(p) {
 			continue
 		}
 		if c.cfg.DryRun {
 			drained = append(drained, p.Name)
 			continue
 		}
-		if _, aborted := p.Annotations[kargo.AbortAnnotation]; !aborted {
-			// Conditional on the Promotion as seen: if it started running
-			// meanwhile, the abort conflicts and the sync looks again.
-			patch, _ := json.Marshal(map[string]any{"metadata": map[string]any{
-				"resourceVersion": p.ResourceVersion,
-				"annotations":     map[string]string{kargo.AbortAnnotation: "terminate"},
-			}})
-			_, err := c.cfg.Dynamic.Resource(kargo.PromotionsResource).Namespace(p.Namespace).
-				Patch(ctx, p.Name, types.MergePatchType, patch, metav1.PatchOptions{FieldManager: FieldManager})
-			if apierrors.IsNotFound(err) {
-				continue
-			}
-			if err != nil {
-				return fmt.Errorf("aborting queued Promotion %s: %w", p.Name, err)
-			}
+		aborted, err := c.abort(ctx, p)
+		if err != nil {
+			return err
 		}
-		drained = append(drained, p.Name)
+		if aborted {
+			drained = append(drained, p.Name)
+		}
 	}
 	if len(drained) == 0 {
 		return nil
@@ -270,30 +260,78 @@ func (c *Controller) drain(ctx context.Context, stage *kargo.Stage, pause *v1alp
 	return nil
 }
 
+// abort asks Kargo to abort a queued auto-promotion, conditional on the
+// Promotion as read: if it changed since (it started running, or an earlier
+// try of this drain aborted it already, which a read shared by several
+// drains does not show), it is read again and judged on that. It reports
+// whether the Promotion is aborted (false when it is gone or no longer
+// queued).
+func (c *Controller) abort(ctx context.Context, p *kargo.Promotion) (bool, error) {
+	client := c.cfg.Dynamic.Resource(kargo.PromotionsResource).Namespace(p.Namespace)
+	for range 3 {
+		if _, aborted := p.Annotations[kargo.AbortAnnotation]; aborted {
+			return true, nil
+		}
+		if !queuedAuto(p) {
+			return false, nil
+		}
+		patch, _ := json.Marshal(map[string]any{"metadata": map[string]any{
+			"resourceVersion": p.ResourceVersion,
+			"annotations":     map[string]string{kargo.AbortAnnotation: "terminate"},
+		}})
+		_, err := client.Patch(ctx, p.Name, types.MergePatchType, patch, metav1.PatchOptions{FieldManager: FieldManager})
+		switch {
+		case err == nil:
+			return true, nil
+		case apierrors.IsNotFound(err):
+			return false, nil
+		case !apierrors.IsConflict(err):
+			return false, fmt.Errorf("aborting queued Promotion %s: %w", p.Name, err)
+		}
+		u, err := client.Get(ctx, p.Name, metav1.GetOptions{})
+		if apierrors.IsNotFound(err) {
+			return false, nil
+		}
+		if err != nil {
+			return false, fmt.Errorf("reading queued Promotion %s: %w", p.Name, err)
+		}
+		p = kargo.PromotionFromUnstructured(u)
+	}
+	return false, fmt.Errorf("aborting queued Promotion %s: it keeps changing", p.Name)
+}
+
 // stagePromotions lists a Stage's Promotions from the API server, not the
 // cache: one created a moment before the pause, not yet delivered to the
 // informer, must not escape the drain. Kargo's webhook labels every
-// Promotion with its Stage; cached ones without the label are added.
-func (c *Controller) stagePromotions(ctx context.Context, stage *kargo.Stage) ([]*kargo.Promotion, error) {
+// Promotion with its Stage, so one label-filtered LIST reads them; the
+// drains of a project-wide pause share one read of the project instead
+// (drainlist.go). Cached ones the read missed are added.
+func (c *Controller) stagePromotions(ctx context.Context, stage *kargo.Stage, pause *v1alpha1.StagePause) ([]*kargo.Promotion, error) {
 	var out []*kargo.Promotion
-	seen := map[string]bool{}
-	list := &unstructured.UnstructuredList{}
-	// A name too long for a label value (over 63) cannot be Kargo's label
-	// either: such a Stage's Promotions are known from the cache alone.
-	if len(validation.IsValidLabelValue(stage.Name)) == 0 {
-		var err error
-		list, err = c.cfg.Dynamic.Resource(kargo.PromotionsResource).Namespace(stage.Namespace).
+	switch {
+	case pause.Spec.Stage == v1alpha1.AllStages:
+		shared, err := c.queuedAutoPromotions(ctx, pause, stage.Name)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, shared...)
+	case len(validation.IsValidLabelValue(stage.Name)) == 0:
+		// A name too long for a label value (over 63) cannot be Kargo's
+		// label either: such a Stage's Promotions are known from the cache.
+		list, err := c.cfg.Dynamic.Resource(kargo.PromotionsResource).Namespace(stage.Namespace).
 			List(ctx, metav1.ListOptions{LabelSelector: kargo.StageLabel + "=" + stage.Name})
 		if err != nil {
 			return nil, fmt.Errorf("listing the Stage's Promotions: %w", err)
 		}
-	}
-	for i := range list.Items {
-		p := kargo.PromotionFromUnstructured(&list.Items[i])
-		if p.Stage == stage.Name {
-			out = append(out, p)
-			seen[p.Name] = true
+		for i := range list.Items {
+			if p := kargo.PromotionFromUnstructured(&list.Items[i]); p.Stage == stage.Name {
+				out = append(out, p)
+			}
 		}
+	}
+	seen := map[string]bool{}
+	for _, p := range out {
+		seen[p.Name] = true
 	}
 	if inf := c.informerFor(c.promotionInformers, stage.Namespace); inf != nil {
 		cached, err := inf.GetIndexer().ByIndex(promotionsByStage, stage.Namespace+"/"+stage.Name)

@@ -102,12 +102,12 @@ func sortPauses(p []*v1alpha1.StagePause) {
 }
 
 // updatePause enqueues the pause's Stages only when what covers them changed:
-// the operator's own status writes (stages, drained) would otherwise re-sync
-// every Stage of a project-wide pause each time.
+// the operator's own status writes (stages, drained), and resyncs, would
+// otherwise re-sync every Stage of a project-wide pause each time.
 func (c *Controller) updatePause(oldObj, newObj any) {
 	o, ok1 := oldObj.(*v1alpha1.StagePause)
 	n, ok2 := newObj.(*v1alpha1.StagePause)
-	if ok1 && ok2 && o.ResourceVersion != n.ResourceVersion && o.Spec == n.Spec &&
+	if ok1 && ok2 && o.Spec == n.Spec &&
 		(o.DeletionTimestamp == nil) == (n.DeletionTimestamp == nil) {
 		c.enqueuePauseStatus(cache.NewObjectName(n.Namespace, n.Name))
 		return

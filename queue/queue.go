@@ -59,6 +59,9 @@ type Worker struct {
 	// MaxRetries is how often a failing key is retried before it is
 	// dropped; it comes back with the next event or resync.
 	MaxRetries int
+	// RetryDroppedAfter, if positive, tries a dropped key again after that
+	// long, so that a key is never given up for good.
+	RetryDroppedAfter time.Duration
 	// OnError, if set, is told of every failed sync (for metrics).
 	OnError func(key cache.ObjectName, err error)
 }
@@ -110,7 +113,10 @@ func (w *Worker) processNext(ctx context.Context) bool {
 	default:
 		w.report(key, fmt.Errorf("%w after %d retries: %w", ErrDropped, w.MaxRetries, err))
 		w.Queue.Forget(key)
-		utilruntime.HandleErrorWithContext(ctx, err, "Dropping key after retries", "key", key, "retries", w.MaxRetries)
+		utilruntime.HandleErrorWithContext(ctx, err, "Dropping key after retries", "key", key, "retries", w.MaxRetries, "retryAfter", w.RetryDroppedAfter)
+		if w.RetryDroppedAfter > 0 {
+			w.Queue.AddAfter(key, w.RetryDroppedAfter)
+		}
 	}
 	return true
 }

@@ -1,6 +1,7 @@
-// Command prometheusrule generates the PrometheusRule of
-// manifests/components/monitoring from the plain rules file
-// manifests/prometheus/rules.yaml, so that the two forms cannot drift.
+// Command prometheusrule generates, from the plain rules file
+// manifests/prometheus/rules.yaml, the PrometheusRule of
+// manifests/components/monitoring and the Helm chart's copy of the rules
+// (its PrometheusRule template reads them), so that the forms cannot drift.
 // Run it with `make generate`; a test fails when the output is stale.
 package main
 
@@ -13,32 +14,47 @@ import (
 )
 
 const (
-	source = "manifests/prometheus/rules.yaml"
-	target = "manifests/components/monitoring/prometheusrule.yaml"
+	source      = "manifests/prometheus/rules.yaml"
+	target      = "manifests/components/monitoring/prometheusrule.yaml"
+	chartTarget = "charts/kargo-latch/files/rules.yaml"
 )
 
+// generators make each generated file, by path, from the rules file.
+var generators = map[string]func([]byte) ([]byte, error){
+	target:      render,
+	chartTarget: renderChartRules,
+}
+
 func main() {
-	in, err := os.ReadFile(source)
-	if err == nil {
-		var out []byte
-		if out, err = render(in); err == nil {
-			err = os.WriteFile(target, out, 0o600)
-		}
-	}
-	if err != nil {
+	if err := run(); err != nil {
 		fmt.Fprintln(os.Stderr, "prometheusrule:", err)
 		os.Exit(1)
 	}
 }
 
+// run writes every generated file.
+func run() error {
+	in, err := os.ReadFile(source)
+	if err != nil {
+		return err
+	}
+	for path, generate := range generators {
+		out, err := generate(in)
+		if err != nil {
+			return err
+		}
+		if err := os.WriteFile(path, out, 0o600); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
 // render wraps a Prometheus rules file into a PrometheusRule object.
 func render(rules []byte) ([]byte, error) {
-	var spec map[string]any
-	if err := yaml.Unmarshal(rules, &spec); err != nil {
-		return nil, fmt.Errorf("%s: %w", source, err)
-	}
-	if _, ok := spec["groups"]; !ok || len(spec) != 1 {
-		return nil, fmt.Errorf("%s: want a rules file with only groups", source)
+	spec, err := parse(rules)
+	if err != nil {
+		return nil, err
 	}
 	obj := map[string]any{
 		"apiVersion": "monitoring.coreos.com/v1",
@@ -58,4 +74,33 @@ func render(rules []byte) ([]byte, error) {
 	fmt.Fprintf(&b, "# Generated from %s by `make generate`. Do not edit.\n", source)
 	b.Write(body)
 	return b.Bytes(), nil
+}
+
+// renderChartRules writes the rules as the chart's PrometheusRule spec,
+// without the source's comments.
+func renderChartRules(rules []byte) ([]byte, error) {
+	spec, err := parse(rules)
+	if err != nil {
+		return nil, err
+	}
+	body, err := yaml.Marshal(spec)
+	if err != nil {
+		return nil, err
+	}
+	var b bytes.Buffer
+	fmt.Fprintf(&b, "# Generated from %s by `make generate`. Do not edit.\n", source)
+	b.Write(body)
+	return b.Bytes(), nil
+}
+
+// parse reads a Prometheus rules file.
+func parse(rules []byte) (map[string]any, error) {
+	var spec map[string]any
+	if err := yaml.Unmarshal(rules, &spec); err != nil {
+		return nil, fmt.Errorf("%s: %w", source, err)
+	}
+	if _, ok := spec["groups"]; !ok || len(spec) != 1 {
+		return nil, fmt.Errorf("%s: want a rules file with only groups", source)
+	}
+	return spec, nil
 }

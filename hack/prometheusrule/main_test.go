@@ -8,23 +8,25 @@ import (
 	"github.com/google/go-cmp/cmp"
 )
 
-// TestGeneratedRuleIsCurrent fails when the PrometheusRule was not
-// regenerated after a change to the rules file.
+// TestGeneratedRuleIsCurrent fails when the PrometheusRule or the chart's
+// rules were not regenerated after a change to the rules file.
 func TestGeneratedRuleIsCurrent(t *testing.T) {
 	root := filepath.Join("..", "..")
 	in, err := os.ReadFile(filepath.Join(root, source))
 	if err != nil {
 		t.Fatal(err)
 	}
-	want, err := render(in)
-	if err != nil {
-		t.Fatal(err)
-	}
-	got, err := os.ReadFile(filepath.Join(root, target))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if diff := cmp.Diff(string(want), string(got)); diff != "" {
-		t.Errorf("%s is stale; run `make generate` (-want +got):\n%s", target, diff)
+	for path, gen := range generators {
+		want, err := gen(in)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, err := os.ReadFile(filepath.Join(root, path))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if diff := cmp.Diff(string(want), string(got)); diff != "" {
+			t.Errorf("%s is stale; run `make generate` (-want +got):\n%s", path, diff)
+		}
 	}
 }

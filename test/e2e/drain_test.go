@@ -104,7 +104,10 @@ func (cs closers) Close() error {
 func TestDrainedCycleDoesNotFailWhilePaused(t *testing.T) {
 	t.Parallel()
 	ns := env.newProject(t)
-	const deadline = 2 * time.Second
+	// Long enough for the setup below (a Promotion, a pause) to come first
+	// on a loaded machine: a deadline passing before the pause is another
+	// scenario (a failure, its own pause).
+	const deadline = 5 * time.Second
 	op := startOperator(t, ns, latch.Settings{LatchDeadline: deadline, DegradedGrace: time.Minute, DrainOnPause: true, PauseOnFailure: true})
 	prod := env.createStage(t, ns, "prod", nil)
 	_, err := prod.StartPromotion(ctx)

@@ -106,7 +106,7 @@ func checkPrometheusRule(t *testing.T, o *unstructured.Unstructured) {
 	must(t, err)
 	f := filepath.Join(t.TempDir(), "rules.yaml")
 	must(t, os.WriteFile(f, b, 0o600))
-	if out, err := exec.Command("promtool", "check", "rules", f).CombinedOutput(); err != nil {
+	if out, err := exec.Command(prometheusTool(t, "promtool"), "check", "rules", f).CombinedOutput(); err != nil {
 		t.Errorf("promtool check rules on the PrometheusRule: %v\n%s", err, out)
 	}
 }

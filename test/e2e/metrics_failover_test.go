@@ -106,8 +106,10 @@ func TestGaugesAfterFailoverResume(t *testing.T) {
 	// A scrape after the old leader exported the resume: one right after
 	// SIGCONT may still hold its view from before the freeze.
 	waitFor(t, "Prometheus to scrape the old leader again", func() bool {
-		return len(prom.query(t, fmt.Sprintf(`timestamp(kargo_latch_stage_phase{instance=%q,project=%q,stage="prod",phase="Latched"} == 1) > %d`,
-			oldInstance, ns, exported.Unix()+1))) == 1
+		// timestamp() of a selector is its sample's scrape time; of an
+		// expression (x == 1) it would be the evaluation's.
+		return len(prom.query(t, fmt.Sprintf(`timestamp(kargo_latch_stage_phase{instance=%q,project=%q,stage="prod",phase="Latched"}) > %.3f`,
+			oldInstance, ns, float64(exported.UnixMilli())/1000))) == 1
 	})
 	if got := prom.query(t, fmt.Sprintf(`max by (project, stage, reason) (kargo_latch_stage_paused{project=%q}) == 1`, ns)); len(got) != 0 {
 		t.Errorf("KargoStagePaused's expression finds %v after the old leader's scrape, want nothing", got)

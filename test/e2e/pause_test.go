@@ -2,8 +2,10 @@ package e2e
 
 import (
 	"context"
+	"net/http"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -214,6 +216,58 @@ func TestDrainAbortsOnlyQueuedAutoPromotions(t *testing.T) {
 	}
 }
 
+// TestProjectWidePauseDrainsEveryStageWithOneRead: the drains of a
+// project-wide pause abort the queued auto-promotions of every Stage, and
+// share one live read of the project's Promotions instead of one per Stage.
+func TestProjectWidePauseDrainsEveryStageWithOneRead(t *testing.T) {
+	t.Parallel()
+	ns := env.newProject(t)
+	var promotionLists atomic.Int64
+	startOperatorWith(t, env.operator, ns, latch.Settings{LatchDeadline: time.Minute, DegradedGrace: time.Minute, DrainOnPause: true},
+		refusing(func(r *http.Request) error {
+			if r.Method == http.MethodGet && strings.HasSuffix(r.URL.Path, "/promotions") && r.URL.Query().Get("watch") != "true" {
+				promotionLists.Add(1)
+			}
+			return nil
+		}))
+	var queued, kept []string
+	for _, name := range []string{"dev", "qa", "prod"} {
+		env.createStage(t, ns, name, nil)
+		auto, err := driver.CreatePromotion(ctx, env.kargoCtl, ns, name, "")
+		must(t, err)
+		must(t, env.kargo.SetPromotionPhase(ctx, ns, auto.GetName(), "Pending"))
+		person, err := driver.CreatePromotion(ctx, env.dev, ns, name, "kubernetes:dev")
+		must(t, err)
+		must(t, env.kargo.SetPromotionPhase(ctx, ns, person.GetName(), "Pending"))
+		queued, kept = append(queued, auto.GetName()), append(kept, person.GetName())
+	}
+	listsBefore := promotionLists.Load()
+
+	must(t, createPause(env.dev, pause(ns, "big-red-button", v1alpha1.AllStages, "ProjectPause")))
+	var drained []string
+	waitFor(t, "every queued auto-promotion in status.drained", func() bool {
+		u, err := env.dyn.Resource(v1alpha1.StagePausesResource).Namespace(ns).Get(ctx, "big-red-button", metav1.GetOptions{})
+		must(t, err)
+		drained, _, _ = unstructured.NestedStringSlice(u.Object, "status", "drained")
+		t.Logf("drained %v", drained)
+		return len(drained) >= len(queued)
+	})
+	if got, want := strings.Join(drained, ","), strings.Join(slices.Sorted(slices.Values(queued)), ","); got != want {
+		t.Errorf("drained %s, want exactly %s", got, want)
+	}
+	for _, name := range append(append([]string(nil), queued...), kept...) {
+		u, err := env.dyn.Resource(kargo.PromotionsResource).Namespace(ns).Get(ctx, name, metav1.GetOptions{})
+		must(t, err)
+		_, aborted := u.GetAnnotations()[kargo.AbortAnnotation]
+		if want := slices.Contains(queued, name); aborted != want {
+			t.Errorf("Promotion %s aborted = %v, want %v", name, aborted, want)
+		}
+	}
+	if n := promotionLists.Load() - listsBefore; n != 1 {
+		t.Errorf("the drains of 3 Stages listed Promotions %d times, want 1", n)
+	}
+}
+
 func TestProjectWidePause(t *testing.T) {
 	t.Parallel()
 	ns := env.newProject(t)
@@ -237,10 +291,8 @@ func TestProjectWidePause(t *testing.T) {
 	deniedAfter := time.Since(start)
 	labeled := waitAllLabels(t, ns, n, true)
 	took := time.Since(start)
+	// How fast is make bench's figure 2, measured against a baseline there.
 	t.Logf("project-wide pause: gate denied after %v; all %d Stages labeled after %v", deniedAfter.Round(time.Millisecond), labeled, took.Round(time.Millisecond))
-	if took > 2*time.Second {
-		t.Errorf("labeling %d Stages took %v, want under 2s", n, took)
-	}
 
 	start = time.Now()
 	must(t, deletePause(env.lead, ns, "big-red-button"))

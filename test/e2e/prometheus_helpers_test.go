@@ -104,8 +104,8 @@ next:
 	return out
 }
 
-// promServer is a real Prometheus (Debian's package) scraping one target
-// every second and evaluating kargo-latch's shipped rules every second.
+// promServer is a real Prometheus scraping its targets every second and
+// evaluating kargo-latch's shipped rules every second.
 type promServer struct {
 	url string
 }
@@ -114,10 +114,7 @@ type promServer struct {
 // targets every second, and returns once it scrapes every one of them.
 func startPrometheus(t *testing.T, targets ...string) *promServer {
 	t.Helper()
-	bin, err := exec.LookPath("prometheus")
-	if err != nil {
-		t.Fatal("the prometheus binary is missing: apt-get install prometheus (.ci/run does)")
-	}
+	bin := prometheusTool(t, "prometheus")
 	dir := t.TempDir()
 	quoted := make([]string, len(targets))
 	for i, target := range targets {
@@ -156,6 +153,19 @@ scrape_configs:
 		return err == nil && code == http.StatusOK && strings.Contains(string(body), fmt.Sprintf(`"%d"]`, len(targets)))
 	})
 	return p
+}
+
+// prometheusTool is the path of prometheus or promtool as `make prometheus`
+// builds them into the repository's bin/ (the version test/tools/prometheus
+// pins), never one from the PATH: the alert tests and the rule checks must
+// run the Prometheus that `make rules` runs.
+func prometheusTool(t *testing.T, name string) string {
+	t.Helper()
+	bin := filepath.Join(env.cluster.Root, "bin", name)
+	if _, err := os.Stat(bin); err != nil {
+		t.Fatalf("%s is missing: run `make prometheus` (`make e2e` does): %v", bin, err)
+	}
+	return bin
 }
 
 type alert struct {

@@ -60,26 +60,65 @@ func TestStartupWithoutStagePauseCRD(t *testing.T) {
 // Both rights are taken: client-go's informers (v0.37) first stream their
 // initial list over a watch (WatchListClient) and fall back to a list, so
 // without list alone they still sync; without watch alone the list syncs
-// the cache and only the watch fails (logged at error level, see
-// docs/reliability.md).
+// the cache and only the watch fails (TestWatchRefusedAfterSyncIsNotReady).
 func TestStartupWithoutListWatchOnStages(t *testing.T) {
 	t.Parallel()
 	ns := env.newProject(t)
-	name := "e2e-no-stage-read-" + ns[len(ns)-6:]
+	identity, restore := identityWithout(t, "e2e-no-stage-read-"+ns[len(ns)-6:], "list", "watch")
+
+	problem := "kargo-latch's identity may not list and watch stages.kargo.akuity.io in namespace " + ns
+	failsToStart(t, identity, ns, problem, "grant its ServiceAccount get, list and watch on stages.kargo.akuity.io")
+
+	op := startUnready(t, identity, ns, problem)
+	restore()
+	op.waitReady(t)
+}
+
+// TestWatchRefusedAfterSyncIsNotReady: with list but not watch on Stages,
+// the cache syncs from its list and then never sees a change. That is not
+// ready, with the reason on /readyz, until a watch opens again.
+func TestWatchRefusedAfterSyncIsNotReady(t *testing.T) {
+	t.Parallel()
+	ns := env.newProject(t)
+	identity, restore := identityWithout(t, "e2e-no-stage-watch-"+ns[len(ns)-6:], "watch")
+	op := startProbed(t, identity, ns, 0)
+	problem := "kargo-latch's identity may not list and watch stages.kargo.akuity.io in namespace " + ns
+	waitFor(t, "/readyz to say the caches synced but cannot watch", func() bool {
+		code, body, err := httpGet(op.probeURL + "/readyz")
+		return err == nil && code == http.StatusServiceUnavailable &&
+			strings.Contains(string(body), "synced, but cannot watch") && strings.Contains(string(body), problem)
+	})
+	if got := series(scrape(t, op.metricsURL), "kargo_latch_cache_synced", nil)[""]; got != 1 {
+		t.Errorf("kargo_latch_cache_synced = %v, want 1: the list did sync", got)
+	}
+	restore()
+	// The reflector retries a refused watch with a backoff of up to a
+	// minute (30s with jitter).
+	waitLong(t, "the operator to become ready once it may watch", 90*time.Second, func() bool {
+		code, _, err := httpGet(op.probeURL + "/readyz")
+		return err == nil && code == http.StatusOK
+	})
+}
+
+// identityWithout is a ServiceAccount bound to a copy of the shipped
+// ClusterRole kargo-latch without the given verbs on stages; restore gives
+// the copy the shipped rules back.
+func identityWithout(t *testing.T, name string, verbs ...string) (identity *rest.Config, restore func()) {
+	t.Helper()
 	shipped, err := env.kube.RbacV1().ClusterRoles().Get(ctx, "kargo-latch", metav1.GetOptions{})
 	must(t, err)
 	role := &rbacv1.ClusterRole{ObjectMeta: metav1.ObjectMeta{Name: name}}
 	removed := false
 	for _, r := range shipped.Rules {
 		r = *r.DeepCopy()
-		if slices.Contains(r.Resources, "stages") && slices.Contains(r.Verbs, "list") {
-			r.Verbs = slices.DeleteFunc(r.Verbs, func(v string) bool { return v == "list" || v == "watch" })
+		if slices.Contains(r.Resources, "stages") && slices.Contains(r.Verbs, verbs[0]) {
+			r.Verbs = slices.DeleteFunc(r.Verbs, func(v string) bool { return slices.Contains(verbs, v) })
 			removed = true
 		}
 		role.Rules = append(role.Rules, r)
 	}
 	if !removed {
-		t.Fatal("the shipped ClusterRole kargo-latch has no list and watch on stages to take away")
+		t.Fatalf("the shipped ClusterRole kargo-latch has no %v on stages to take away", verbs)
 	}
 	_, err = env.kube.CoreV1().ServiceAccounts("kargo-latch").Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: name}}, metav1.CreateOptions{})
 	must(t, err)
@@ -96,17 +135,13 @@ func TestStartupWithoutListWatchOnStages(t *testing.T) {
 		_ = env.kube.RbacV1().ClusterRoles().Delete(ctx, name, metav1.DeleteOptions{})
 		_ = env.kube.CoreV1().ServiceAccounts("kargo-latch").Delete(ctx, name, metav1.DeleteOptions{})
 	})
-	identity, err := env.cluster.ServiceAccountConfig(ctx, "kargo-latch", name)
+	identity, err = env.cluster.ServiceAccountConfig(ctx, "kargo-latch", name)
 	must(t, err)
-
-	problem := "kargo-latch's identity may not list and watch stages.kargo.akuity.io in namespace " + ns
-	failsToStart(t, identity, ns, problem, "grant its ServiceAccount get, list and watch on stages.kargo.akuity.io")
-
-	op := startUnready(t, identity, ns, problem)
-	role.Rules = shipped.Rules
-	_, err = env.kube.RbacV1().ClusterRoles().Update(ctx, role, metav1.UpdateOptions{})
-	must(t, err)
-	op.waitReady(t)
+	return identity, func() {
+		role.Rules = shipped.Rules
+		_, err := env.kube.RbacV1().ClusterRoles().Update(ctx, role, metav1.UpdateOptions{})
+		must(t, err)
+	}
 }
 
 // failsToStart runs the operator with a short cache-sync timeout and checks

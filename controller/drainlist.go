@@ -1,0 +1,117 @@
+package controller
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/kargo-latch/kargo-latch/api/v1alpha1"
+	"github.com/kargo-latch/kargo-latch/kargo"
+)
+
+// A project-wide pause drains every Stage of the project at once. Each drain
+// must read the Promotions live, not from the cache (one queued a moment
+// before the pause may not be cached yet), but they need not each read
+// them: any read that starts after the pause exists sees every
+// auto-promotion its gate let through, since the gate refuses the rest. A
+// drain only ever runs for a pause this replica's cache shows, so a read
+// started by any drain of that pause will do for all of them. One read of
+// the project instead of one per Stage spares the API server hundreds of
+// LISTs exactly when a person pushed the big red button.
+
+// sharedListFor is how long the drains of one pause share its read. Past
+// it (a Stage created later, a retry) a drain reads again.
+const sharedListFor = time.Minute
+
+// drainListPage is the page size of the read, so that a project with
+// thousands of Promotions is never held in memory whole: only the queued
+// auto-promotions, which a drain may abort, are kept.
+const drainListPage = 500
+
+// pauseLists holds each project-wide pause's shared read.
+type pauseLists struct {
+	mu      sync.Mutex
+	byPause map[types.UID]*pauseList
+}
+
+// pauseList is one read of a project's queued auto-promotions, by Stage.
+type pauseList struct {
+	done    chan struct{} // closed when the read ended
+	started time.Time
+	byStage map[string][]*kargo.Promotion
+	err     error
+}
+
+// queuedAutoPromotions returns the queued auto-promotions of stage, read
+// live once for all the Stages pause covers.
+func (c *Controller) queuedAutoPromotions(ctx context.Context, pause *v1alpha1.StagePause, stage string) ([]*kargo.Promotion, error) {
+	l := &c.pauseLists
+	now := c.clock.Now()
+	l.mu.Lock()
+	if l.byPause == nil {
+		l.byPause = map[types.UID]*pauseList{}
+	}
+	for uid, old := range l.byPause {
+		if now.Sub(old.started) > sharedListFor {
+			delete(l.byPause, uid)
+		}
+	}
+	read, shared := l.byPause[pause.UID]
+	if !shared {
+		read = &pauseList{done: make(chan struct{}), started: now}
+		l.byPause[pause.UID] = read
+	}
+	l.mu.Unlock()
+
+	if !shared {
+		read.byStage, read.err = c.listQueuedAutoPromotions(ctx, pause.Namespace)
+		if read.err != nil {
+			// Not shared: the next drain reads again.
+			l.mu.Lock()
+			delete(l.byPause, pause.UID)
+			l.mu.Unlock()
+		}
+		close(read.done)
+	}
+	select {
+	case <-read.done:
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+	if read.err != nil {
+		return nil, read.err
+	}
+	return read.byStage[stage], nil
+}
+
+// listQueuedAutoPromotions reads a namespace's Promotions page by page and
+// keeps the queued auto-promotions, by Stage.
+func (c *Controller) listQueuedAutoPromotions(ctx context.Context, ns string) (map[string][]*kargo.Promotion, error) {
+	client := c.cfg.Dynamic.Resource(kargo.PromotionsResource).Namespace(ns)
+	byStage := map[string][]*kargo.Promotion{}
+	opts := metav1.ListOptions{Limit: drainListPage}
+	for {
+		page, err := client.List(ctx, opts)
+		if err != nil {
+			return nil, fmt.Errorf("listing the project's Promotions: %w", err)
+		}
+		for i := range page.Items {
+			if p := kargo.PromotionFromUnstructured(&page.Items[i]); queuedAuto(p) {
+				byStage[p.Stage] = append(byStage[p.Stage], p)
+			}
+		}
+		if opts.Continue = page.GetContinue(); opts.Continue == "" {
+			return byStage, nil
+		}
+	}
+}
+
+// queuedAuto reports whether a drain may abort p: Kargo's own
+// auto-promotion, not yet running.
+func queuedAuto(p *kargo.Promotion) bool {
+	return (p.Phase == "" || p.Phase == "Pending") && p.AutoPromotion()
+}
