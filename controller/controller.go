@@ -61,11 +61,12 @@ type Config struct {
 	Recorder record.EventRecorder
 	// Clock is the time source (default: the real clock).
 	Clock clock.WithTicker
-	// Resync is how long a key dropped after repeated errors waits before it
-	// is tried again, and how often StagePauses and Promotions are resynced
-	// (default 10m). Stages are not resynced as a whole: at 10,000 Stages
-	// that is a burst of 10,000 syncs that every reaction waits behind, and
-	// each time-based transition asks for its own requeue.
+	// Resync is how often StagePauses and Promotions are resynced (default
+	// 10m): a failed gate-bypass report is retried then. Stages are not
+	// resynced as a whole: at 10,000 Stages that is a burst of 10,000 syncs
+	// that every reaction waits behind; each time-based transition asks for
+	// its own requeue, and a key dropped after its retries is tried again
+	// after droppedRetryAfter.
 	Resync time.Duration
 	// StatusMissingAfter is how old a Stage without status must be before
 	// that is reported: a brand-new Stage has none until Kargo reconciles
@@ -111,8 +112,14 @@ type workQueues struct {
 const promotionsByStage = "stage"
 
 // maxRetries bounds the retries of a failing Stage before its key is
-// dropped, to be tried again after Resync (or at its next event).
-const maxRetries = 15
+// dropped (after about 100 s of backoff), to be tried again after
+// droppedRetryAfter or at its next event. That is shorter than the 5m rate
+// window of KargoLatchReconcileErrors, so that a Stage that keeps failing
+// keeps the alert's expression true until it fires.
+const (
+	maxRetries        = 15
+	droppedRetryAfter = 2 * time.Minute
+)
 
 // New builds a Controller and its informers; Run starts them.
 func New(cfg Config) (*Controller, error) {
@@ -277,8 +284,8 @@ func (c *Controller) RunWorkers(ctx context.Context) {
 			}
 		}
 	}
-	pauseWorker := &queue.Worker{Queue: w.pauses, Sync: c.syncPauseStatus, MaxRetries: maxRetries, RetryDroppedAfter: c.cfg.Resync, OnError: c.syncFailed(ctx, "stagePause")}
-	stageWorker := &queue.Worker{Queue: w.stages, Sync: c.syncStage, MaxRetries: maxRetries, RetryDroppedAfter: c.cfg.Resync, OnError: c.syncFailed(ctx, "stage")}
+	pauseWorker := &queue.Worker{Queue: w.pauses, Sync: c.syncPauseStatus, MaxRetries: maxRetries, RetryDroppedAfter: droppedRetryAfter, OnError: c.syncFailed(ctx, "stagePause")}
+	stageWorker := &queue.Worker{Queue: w.stages, Sync: c.syncStage, MaxRetries: maxRetries, RetryDroppedAfter: droppedRetryAfter, OnError: c.syncFailed(ctx, "stage")}
 	done := make(chan struct{})
 	go func() { defer close(done); pauseWorker.Run(ctx, 1) }()
 	stageWorker.Run(ctx, c.cfg.Workers)

@@ -16,10 +16,13 @@ import (
 // A project-wide pause drains every Stage of the project at once. Each drain
 // must read the Promotions live, not from the cache (one queued a moment
 // before the pause may not be cached yet), but they need not each read
-// them: any read that starts after the pause exists sees every
-// auto-promotion its gate let through, since the gate refuses the rest. A
-// drain only ever runs for a pause this replica's cache shows, so a read
-// started by any drain of that pause will do for all of them. One read of
+// them: a read that starts after the pause exists sees every auto-promotion
+// made before it; the gate refuses those made after, once the API server's
+// own view of the pauses has it. A drain only ever runs for a pause this
+// replica's cache shows, so a read started by any drain of that pause will
+// do for all of them. What an API server admitted in the moment before its
+// gate knew the pause reaches the cache later, and is drained then (see
+// beforeStore). One read of
 // the project instead of one per Stage spares the API server hundreds of
 // LISTs exactly when a person pushed the big red button.
 
@@ -30,7 +33,7 @@ const sharedListFor = time.Minute
 // drainListPage is the page size of the read, so that a project with
 // thousands of Promotions is never held in memory whole: only the queued
 // auto-promotions, which a drain may abort, are kept.
-const drainListPage = 500
+const drainListPage = 100
 
 // pauseLists holds each project-wide pause's shared read.
 type pauseLists struct {
@@ -70,9 +73,12 @@ func (c *Controller) queuedAutoPromotions(ctx context.Context, pause *v1alpha1.S
 	if !shared {
 		read.byStage, read.err = c.listQueuedAutoPromotions(ctx, pause.Namespace)
 		if read.err != nil {
-			// Not shared: the next drain reads again.
+			// Not shared: the next drain reads again (unless a newer read
+			// has taken this one's place).
 			l.mu.Lock()
-			delete(l.byPause, pause.UID)
+			if l.byPause[pause.UID] == read {
+				delete(l.byPause, pause.UID)
+			}
 			l.mu.Unlock()
 		}
 		close(read.done)

@@ -32,11 +32,50 @@ func (c *Controller) beforeStore(ctx context.Context, stage *kargo.Stage, settin
 	if !settings.DrainOnPause {
 		return nil
 	}
-	a, ok := actionOf(res, latch.ActionPaused)
-	if p := pauseNamed(pauses, a.Pause); ok && p != nil {
-		return c.drain(ctx, stage, p)
+	if a, ok := actionOf(res, latch.ActionPaused); ok {
+		p := pauseNamed(pauses, a.Pause)
+		if p == nil {
+			return nil
+		}
+		queued, err := c.stagePromotions(ctx, stage, p)
+		if err != nil {
+			return err
+		}
+		return c.drain(ctx, stage, p, queued)
+	}
+	// Paused already. An API server may admit an auto-promotion a moment
+	// after the pause, before its gate's own view of the pauses has it (or
+	// a Kargo running under an ungated identity may make one: see
+	// gatebypass.go). The drain's read may have come first; the cache shows
+	// it now, and its event brought this sync.
+	if len(pauses) > 0 && len(res.Record.Pauses) > 0 {
+		if late := c.cachedQueuedAutoPromotions(stage); len(late) > 0 {
+			return c.drain(ctx, stage, pauses[0], late)
+		}
 	}
 	return nil
+}
+
+// cachedQueuedAutoPromotions lists the Stage's queued auto-promotions that
+// the cache shows and nobody has asked to abort yet.
+func (c *Controller) cachedQueuedAutoPromotions(stage *kargo.Stage) []*kargo.Promotion {
+	inf := c.informerFor(c.promotionInformers, stage.Namespace)
+	if inf == nil {
+		return nil
+	}
+	cached, err := inf.GetIndexer().ByIndex(promotionsByStage, stage.Namespace+"/"+stage.Name)
+	if err != nil {
+		return nil
+	}
+	var out []*kargo.Promotion
+	for _, o := range cached {
+		if p, ok := o.(*kargo.Promotion); ok && queuedAuto(p) {
+			if _, asked := p.Annotations[kargo.AbortAnnotation]; !asked {
+				out = append(out, p)
+			}
+		}
+	}
+	return out
 }
 
 // reportDryRunPauses says, in --dry-run, which StagePauses a step would
@@ -214,15 +253,12 @@ func (c *Controller) eventOnce(ctx context.Context, stage *kargo.Stage, name, ev
 	return nil
 }
 
-// drain aborts the Stage's queued auto-promotions when it becomes paused,
-// and lists them in the pause's status.drained. A Promotion runs only when
+// drain aborts the queued auto-promotions among queued (read when the Stage
+// became paused, or seen later while it is), and lists them in the pause's
+// status.drained. A Promotion runs only when
 // it is Pending and Kargo's auto-promotion made it; Running Promotions and
 // people's Promotions are never touched.
-func (c *Controller) drain(ctx context.Context, stage *kargo.Stage, pause *v1alpha1.StagePause) error {
-	queued, err := c.stagePromotions(ctx, stage, pause)
-	if err != nil {
-		return err
-	}
+func (c *Controller) drain(ctx context.Context, stage *kargo.Stage, pause *v1alpha1.StagePause, queued []*kargo.Promotion) error {
 	var drained []string
 	for _, p := range queued {
 		if !queuedAuto(p) {

@@ -24,7 +24,7 @@ import (
 // following the API server from one that only had a bad moment.
 func (c *Controller) newInformer(gvr schema.GroupVersionResource, ns string, lw *cache.ListWatch, client any, example runtime.Object, resync time.Duration) cache.SharedIndexInformer {
 	name := cacheName(gvr, ns)
-	open := lw.WatchFuncWithContext
+	open := lw.WatchFuncWithContext // every ListWatch here sets it
 	lw.WatchFuncWithContext = func(ctx context.Context, opts metav1.ListOptions) (watch.Interface, error) {
 		w, err := open(ctx, opts)
 		if err == nil {

@@ -46,8 +46,9 @@ type memo struct {
 // stateDigest stands for a record's value. A memo keeps one for every Stage
 // this replica wrote, and records run to kilobytes (a cycle's Apps, the
 // verification history): 10,000 copies of them would be most of the
-// operator's memory. A false match (odds of 2^-64) would only spare a read
-// of a Stage the write then makes conditionally anyway.
+// operator's memory. A false match would skip the live read that guards a
+// failure's pause against a stale cache; its odds, 2^-64 with a seed of the
+// process's own, are far below those of the API server losing a write.
 type stateDigest struct {
 	known bool
 	sum   uint64

@@ -125,6 +125,14 @@ func (stageCodec) Decode(data []byte, _ *schema.GroupVersionKind, into runtime.O
 		}
 		return list, ptr(GroupVersion.WithKind("StageList")), nil
 	}
+	if _, list := into.(*StageList); list {
+		// Read as a Stage, an empty list would empty the cache: every
+		// Stage "deleted".
+		return nil, nil, fmt.Errorf("decoding a list of Stages: the response is of kind %q", doc.Kind)
+	}
+	if doc.Kind != "" && doc.Kind != "Stage" {
+		return nil, nil, fmt.Errorf("decoding a Stage: the response is of kind %q", doc.Kind)
+	}
 	return doc.stage(), ptr(GroupVersion.WithKind("Stage")), nil
 }
 

@@ -102,7 +102,22 @@ func (u unreadOutput) apps() []latch.App {
 // healthCheck is one entry of status.health.output as the argocd-update
 // check writes it; ApplicationStatuses is nil when the entry has none.
 type healthCheck struct {
-	ApplicationStatuses *[]appDoc `json:"applicationStatuses"`
+	ApplicationStatuses appList `json:"applicationStatuses"`
+}
+
+// appList is an applicationStatuses array; listed is false when the check
+// has none, or something else in its place (a string, an object).
+type appList struct {
+	apps   []appDoc
+	listed bool
+}
+
+func (l *appList) UnmarshalJSON(b []byte) error {
+	if len(b) == 0 || b[0] != '[' {
+		return nil
+	}
+	l.listed = true
+	return unmarshal(b, &l.apps)
 }
 
 // appDoc is one App of a health check. Kargo writes Name and Namespace
@@ -307,10 +322,10 @@ func (d *statusDoc) mirror(withApps bool) *StageStatus {
 func appsFromChecks(checks []healthCheck) []latch.App {
 	var apps []latch.App
 	for _, check := range checks {
-		if check.ApplicationStatuses == nil {
+		if !check.ApplicationStatuses.listed {
 			return nil
 		}
-		for _, app := range *check.ApplicationStatuses {
+		for _, app := range check.ApplicationStatuses.apps {
 			a := latch.App{
 				Name:      firstNonEmpty(app.Name, app.LowerName),
 				Namespace: intern(firstNonEmpty(app.Namespace, app.LowerNS)),

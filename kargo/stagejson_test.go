@@ -57,20 +57,22 @@ func stageDocs() map[string]string {
 		"keys spelled otherwise are not read": `{"metadata": {"Name": "a", "name": "b"}, "Status": {"health": {"status": "Healthy"}}, "status": {"Health": {"status": "Unknown"}}}`,
 	}
 	for name, output := range map[string]string{
-		"apps in Kargo's shape":        `[{"applicationStatuses": [{"Name": "a", "Namespace": "argocd", "health": {"status": "Healthy"}, "sync": {"status": "Synced"}}]}]`,
-		"apps with lower-case keys":    `[{"applicationStatuses": [{"name": "a", "namespace": "x", "health": {"status": "Healthy"}}]}]`,
-		"an empty Name, a name":        `[{"applicationStatuses": [{"Name": "", "name": "a"}]}]`,
-		"another checker's output":     `[{"deployments": [{"name": "a"}]}]`,
-		"one known and one other":      `[{"applicationStatuses": [{"Name": "a"}]}, {"other": 1}]`,
-		"an App without a name":        `[{"applicationStatuses": [{"Namespace": "x"}]}]`,
-		"App entries not objects":      `[{"applicationStatuses": ["a", 5]}]`,
-		"applicationStatuses a string": `[{"applicationStatuses": "a"}]`,
-		"numbers for strings":          `[{"applicationStatuses": [{"Name": 7, "health": {"status": 1}}]}]`,
-		"an object":                    `{"applicationStatuses": [{"Name": "a"}]}`,
-		"a string":                     `"Healthy"`,
-		"an empty array":               `[]`,
-		"checks not objects":           `[1, "x"]`,
-		"null":                         `null`,
+		"apps in Kargo's shape":              `[{"applicationStatuses": [{"Name": "a", "Namespace": "argocd", "health": {"status": "Healthy"}, "sync": {"status": "Synced"}}]}]`,
+		"apps with lower-case keys":          `[{"applicationStatuses": [{"name": "a", "namespace": "x", "health": {"status": "Healthy"}}]}]`,
+		"an empty Name, a name":              `[{"applicationStatuses": [{"Name": "", "name": "a"}]}]`,
+		"another checker's output":           `[{"deployments": [{"name": "a"}]}]`,
+		"one known and one other":            `[{"applicationStatuses": [{"Name": "a"}]}, {"other": 1}]`,
+		"an App without a name":              `[{"applicationStatuses": [{"Namespace": "x"}]}]`,
+		"App entries not objects":            `[{"applicationStatuses": ["a", 5]}]`,
+		"applicationStatuses a string":       `[{"applicationStatuses": "a"}]`,
+		"a mistyped check before a good one": `[{"applicationStatuses": "a"}, {"applicationStatuses": [{"Name": "b"}]}]`,
+		"an object check before a good one":  `[{"applicationStatuses": {"Name": "a"}}, {"applicationStatuses": [{"Name": "b"}]}]`,
+		"numbers for strings":                `[{"applicationStatuses": [{"Name": 7, "health": {"status": 1}}]}]`,
+		"an object":                          `{"applicationStatuses": [{"Name": "a"}]}`,
+		"a string":                           `"Healthy"`,
+		"an empty array":                     `[]`,
+		"checks not objects":                 `[1, "x"]`,
+		"null":                               `null`,
 	} {
 		docs["health output: "+name] = `{"metadata": {"name": "a"}, "status": {"health": {"status": "Progressing", "output": ` + output + `}}}`
 	}
@@ -140,6 +142,18 @@ func TestStageCodecReadsLists(t *testing.T) {
 	}
 }
 
+func TestStageCodecRefusesWhatIsNoStage(t *testing.T) {
+	if _, _, err := (stageCodec{}).Decode([]byte(`{"kind": "Table", "rows": []}`), nil, &StageList{}); err == nil {
+		t.Error("a Table decoded as an empty StageList: the reflector would empty the cache")
+	}
+	if _, _, err := (stageCodec{}).Decode([]byte(`{}`), nil, &StageList{}); err == nil {
+		t.Error("an empty object decoded as an empty StageList")
+	}
+	if _, _, err := (stageCodec{}).Decode([]byte(`{"kind": "Table"}`), nil, nil); err == nil {
+		t.Error("a Table decoded as a Stage")
+	}
+}
+
 func TestStageCodecKeepsTheBookmarkThatEndsTheInitialEvents(t *testing.T) {
 	obj, _, err := stageCodec{}.Decode([]byte(`{"kind": "Stage", "metadata": {"resourceVersion": "12", "annotations": {"k8s.io/initial-events-end": "true"}}}`), nil, nil)
 	if err != nil {
@@ -169,7 +183,7 @@ func TestStageCodecRefusesSyntaxErrors(t *testing.T) {
 	}
 }
 
-// FuzzStageCodec checks the codec against the maps on any JSON object whose
+// FuzzStageCodec checks the codec against the maps on any JSON Stage whose
 // status and status.lastPromotion are objects, as Kargo's CRD schema makes
 // them.
 func FuzzStageCodec(f *testing.F) {
@@ -187,11 +201,16 @@ func FuzzStageCodec(f *testing.F) {
 	})
 }
 
-// schemaShaped reports whether status and status.lastPromotion are objects
-// or absent.
+// schemaShaped reports whether doc is a Stage as an API server may send it
+// (no key twice; of kind Stage, or none) whose status and
+// status.lastPromotion are objects or absent.
 func schemaShaped(doc []byte) bool {
 	var obj map[string]any
-	if json.Unmarshal(doc, &obj) != nil {
+	// An API server never sends a key twice (it encodes what it decoded).
+	if strict, err := sjson.UnmarshalStrict(doc, &obj, sjson.DisallowDuplicateFields); err != nil || len(strict) > 0 {
+		return false
+	}
+	if kind, present := obj["kind"]; present && kind != "Stage" {
 		return false
 	}
 	status, present := obj["status"]

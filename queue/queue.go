@@ -57,7 +57,8 @@ type Worker struct {
 	Queue Queue
 	Sync  SyncFunc
 	// MaxRetries is how often a failing key is retried before it is
-	// dropped; it comes back with the next event or resync.
+	// dropped; it comes back with its next event, or after
+	// RetryDroppedAfter.
 	MaxRetries int
 	// RetryDroppedAfter, if positive, tries a dropped key again after that
 	// long, so that a key is never given up for good.

@@ -176,3 +176,30 @@ func waitDrained(t *testing.T, ns, name string) []string {
 	})
 	return drained
 }
+
+// An API server admits an auto-promotion in the moment before its gate's
+// view of the pauses has a new pause (or an ungated identity makes one).
+// The drain's read came first; the operator aborts it once its cache shows
+// it, and lists it in the pause's status.drained.
+func TestLateAutoPromotionIsDrainedWhilePaused(t *testing.T) {
+	t.Parallel()
+	ns := env.newProject(t)
+	startOperator(t, ns, latch.Settings{LatchDeadline: time.Minute, DegradedGrace: time.Minute, DrainOnPause: true})
+	prod := env.createStage(t, ns, "prod", nil)
+	must(t, createPause(env.dev, pause(ns, "hold", "prod", "Manual")))
+	waitPaused(t, prod, true)
+
+	// The cluster admin is not gated: this Promotion passes as one admitted
+	// before the gate knew the pause.
+	late, err := driver.CreatePromotion(ctx, env.dyn, ns, "prod", "")
+	must(t, err)
+	must(t, env.kargo.SetPromotionPhase(ctx, ns, late.GetName(), "Pending"))
+	if drained := waitDrained(t, ns, "hold"); !slices.Equal(drained, []string{late.GetName()}) {
+		t.Errorf("status.drained = %v, want [%s]", drained, late.GetName())
+	}
+	u, err := env.dyn.Resource(kargo.PromotionsResource).Namespace(ns).Get(ctx, late.GetName(), metav1.GetOptions{})
+	must(t, err)
+	if _, aborted := u.GetAnnotations()[kargo.AbortAnnotation]; !aborted {
+		t.Errorf("the late auto-promotion %s was not aborted", late.GetName())
+	}
+}
