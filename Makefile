@@ -36,6 +36,7 @@ unit:
 fuzz:
 	$(GO) test -run='^$$' -fuzz='^FuzzStep$$' -fuzztime=$(FUZZTIME) -fuzzminimizetime=2s ./latch/
 	$(GO) test -run='^$$' -fuzz='^FuzzDecode$$' -fuzztime=$(FUZZTIME) -fuzzminimizetime=2s ./latch/
+	$(GO) test -run='^$$' -fuzz='^FuzzStageCodec$$' -fuzztime=$(FUZZTIME) -fuzzminimizetime=2s ./kargo/
 
 e2e: cluster $(PROMETHEUS) $(PROMTOOL) $(BIN)/helm
 	$(GO) test -race -count=1 -timeout=15m -skip '^($(RELIABILITY))$$' ./test/...

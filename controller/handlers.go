@@ -35,14 +35,13 @@ func sameView(a, b *kargo.Stage) bool {
 		reflect.DeepEqual(a.Status, b.Status)
 }
 
-// updatePromotion enqueues the Promotion's Stage on a change. A resync
-// (same resourceVersion) only retries a gate-bypass report that failed:
-// resyncing every Promotion's Stage would sync every Stage in a burst each
-// Resync, delaying every reaction behind it.
+// updatePromotion enqueues the Promotion's Stage on a change. A resync (the
+// informer hands the cached object as both old and new) only retries a
+// gate-bypass report that failed: resyncing every Promotion's Stage would
+// sync every Stage in a burst each Resync, delaying every reaction behind
+// it.
 func (c *Controller) updatePromotion(oldObj, newObj any) {
-	o, ok1 := oldObj.(*kargo.Promotion)
-	n, ok2 := newObj.(*kargo.Promotion)
-	if ok1 && ok2 && o.ResourceVersion == n.ResourceVersion {
+	if oldObj == newObj {
 		c.watchGateBypass(newObj)
 		return
 	}
