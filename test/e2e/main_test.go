@@ -187,7 +187,6 @@ func markerIdentity(c *cluster.Cluster) ([]*unstructured.Unstructured, error) {
 		return nil, err
 	}
 	subject := []any{map[string]any{"kind": "ServiceAccount", "name": markerServiceAccount, "namespace": "kargo-latch"}}
-	const shippedUser = "system:serviceaccount:kargo-latch:kargo-latch"
 	bound, guarded := false, false
 	for _, o := range objs {
 		switch o.GetKind() {
@@ -200,23 +199,23 @@ func markerIdentity(c *cluster.Cluster) ([]*unstructured.Unstructured, error) {
 			o.Object["subjects"] = subject
 			bound = true
 		case "ValidatingAdmissionPolicy":
+			// The guard knows the operator by its param, the ServiceAccount
+			// the binding names.
+			kind, _, _ := unstructured.NestedString(o.Object, "spec", "paramKind", "kind")
 			conds, _, _ := unstructured.NestedSlice(o.Object, "spec", "matchConditions")
-			for _, c := range conds {
-				cond := c.(map[string]any)
-				expr, _ := cond["expression"].(string)
-				if !strings.Contains(expr, `"`+shippedUser+`"`) {
-					return nil, fmt.Errorf("the mark-verified guard does not match the operator's ServiceAccount: %s", expr)
-				}
-				cond["expression"] = strings.ReplaceAll(expr, shippedUser, "system:serviceaccount:kargo-latch:"+markerServiceAccount)
-				guarded = true
-			}
-			if err := unstructured.SetNestedSlice(o.Object, conds, "spec", "matchConditions"); err != nil {
-				return nil, err
+			if kind != "ServiceAccount" || len(conds) != 1 || !strings.Contains(fmt.Sprint(conds[0]), "params.metadata.name") {
+				return nil, fmt.Errorf("the mark-verified guard does not match the ServiceAccount it is bound to: %v %v", kind, conds)
 			}
 			o.SetName("e2e-" + o.GetName() + "-marker")
+			guarded = true
 		case "ValidatingAdmissionPolicyBinding":
+			ref, _, _ := unstructured.NestedStringMap(o.Object, "spec", "paramRef")
+			if ref["name"] != "kargo-latch" || ref["namespace"] != "kargo-latch" {
+				return nil, fmt.Errorf("the mark-verified guard is bound to %v, want the ServiceAccount kargo-latch/kargo-latch", ref)
+			}
 			o.SetName("e2e-" + o.GetName() + "-marker")
 			_ = unstructured.SetNestedField(o.Object, "e2e-kargo-latch-mark-verified-only-marker", "spec", "policyName")
+			_ = unstructured.SetNestedField(o.Object, markerServiceAccount, "spec", "paramRef", "name")
 		}
 	}
 	if !bound || !guarded {

@@ -26,13 +26,6 @@ share one.
 {{- end -}}
 
 {{/*
-The operator's user name, as the API server knows its ServiceAccount.
-*/}}
-{{- define "kargo-latch.operatorUser" -}}
-{{- printf "system:serviceaccount:%s:%s" .Release.Namespace (include "kargo-latch.fullname" .) -}}
-{{- end -}}
-
-{{/*
 Kargo's controller's user name, whose Promotions are auto-promotions.
 */}}
 {{- define "kargo-latch.kargoControllerUser" -}}
