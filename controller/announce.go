@@ -33,14 +33,14 @@ type announcement struct {
 
 // owedAnnouncement says which StagePaused Event, if any, the sync must make
 // along with the record it is about to store.
-func (c *Controller) owedAnnouncement(stage *kargo.Stage, m *memo, pauses []*v1alpha1.StagePause, res latch.Result) *announcement {
+func (c *Controller) owedAnnouncement(stage *kargo.Stage, value string, m *memo, pauses []*v1alpha1.StagePause, res latch.Result) *announcement {
 	if c.cfg.DryRun {
 		return nil
 	}
 	mark := res.Record.PausedBy
 	if mark == nil && hasAction(res, latch.ActionResumed) {
 		// The pause that paused the Stage may be owed its Event still.
-		mark = c.priorRecord(stage, m).PausedBy
+		mark = c.priorRecord(stage, value, m).PausedBy
 	}
 	if mark == nil && m.owed != nil {
 		// Refused before, and the record that named it is gone since (the

@@ -59,20 +59,29 @@ func (c *Controller) beforeStore(ctx context.Context, stage *kargo.Stage, settin
 // cachedQueuedAutoPromotions lists the Stage's queued auto-promotions that
 // the cache shows and nobody has asked to abort yet.
 func (c *Controller) cachedQueuedAutoPromotions(stage *kargo.Stage) []*kargo.Promotion {
+	var out []*kargo.Promotion
+	for _, p := range c.cachedPromotions(stage) {
+		if _, asked := p.Annotations[kargo.AbortAnnotation]; !asked && queuedAuto(p) {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+// cachedPromotions lists the Promotions the cache holds for the Stage.
+func (c *Controller) cachedPromotions(stage *kargo.Stage) []*kargo.Promotion {
 	inf := c.informerFor(c.promotionInformers, stage.Namespace)
 	if inf == nil {
 		return nil
 	}
 	cached, err := inf.GetIndexer().ByIndex(promotionsByStage, stage.Namespace+"/"+stage.Name)
 	if err != nil {
-		return nil
+		return nil // the index exists from the start: no error to tell
 	}
-	var out []*kargo.Promotion
+	out := make([]*kargo.Promotion, 0, len(cached))
 	for _, o := range cached {
-		if p, ok := o.(*kargo.Promotion); ok && queuedAuto(p) {
-			if _, asked := p.Annotations[kargo.AbortAnnotation]; !asked {
-				out = append(out, p)
-			}
+		if p, ok := o.(*kargo.Promotion); ok {
+			out = append(out, p)
 		}
 	}
 	return out
@@ -369,15 +378,9 @@ func (c *Controller) stagePromotions(ctx context.Context, stage *kargo.Stage, pa
 	for _, p := range out {
 		seen[p.Name] = true
 	}
-	if inf := c.informerFor(c.promotionInformers, stage.Namespace); inf != nil {
-		cached, err := inf.GetIndexer().ByIndex(promotionsByStage, stage.Namespace+"/"+stage.Name)
-		if err != nil {
-			return nil, err
-		}
-		for _, o := range cached {
-			if p, ok := o.(*kargo.Promotion); ok && !seen[p.Name] {
-				out = append(out, p)
-			}
+	for _, p := range c.cachedPromotions(stage) {
+		if !seen[p.Name] {
+			out = append(out, p)
 		}
 	}
 	return out, nil

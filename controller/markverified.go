@@ -51,7 +51,8 @@ func (c *Controller) markPass(ctx context.Context, key cache.ObjectName, stored 
 	}
 	obs := c.observe(stage, m, pauses)
 	obs.MayMark = true
-	res := latch.Step(settings, c.priorRecord(stage, m), obs, now)
+	value := stage.State.Value()
+	res := latch.Step(settings, c.priorRecord(stage, value, m), obs, now)
 	a, ok := actionOf(res, latch.ActionMarkVerified)
 	if !ok {
 		// The view moved on since the cache showed it; the next sync, on
@@ -65,7 +66,7 @@ func (c *Controller) markPass(ctx context.Context, key cache.ObjectName, stored 
 		return nil
 	}
 	m.markErrors = 0
-	if _, _, err := c.store(ctx, stage, m, res); err != nil {
+	if _, _, err := c.store(ctx, stage, value, m, res); err != nil {
 		return err
 	}
 	m.markedCycle = res.Record.Cycle()

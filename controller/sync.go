@@ -46,7 +46,9 @@ func (c *Controller) syncStage(ctx context.Context, key cache.ObjectName) (time.
 		return 0, nil
 	}
 	m := c.memos.get(key)
-	if c.leftAlone(stage, m) {
+	// The record, inflated once for the whole sync (see kargo.Packed).
+	value := stage.State.Value()
+	if c.leftAlone(stage, value, m) {
 		// This version cannot tell whether that record shows a resume; it
 		// will never judge the Stage, so it holds none of its pauses.
 		return 0, c.releasePauses(ctx, c.heldPauses(stage))
@@ -56,21 +58,22 @@ func (c *Controller) syncStage(ctx context.Context, key cache.ObjectName) (time.
 	pauses, held := c.coveringPauses(key.Namespace, key.Name), c.heldPauses(stage)
 
 	now := c.clock.Now()
-	res, obs := c.step(stage, m, settings, pauses, held, now)
+	res, obs := c.step(stage, value, m, settings, pauses, held, now)
 	if hasAction(res, latch.ActionCreatePause) && !c.cfg.DryRun {
 		// A pause is made from this judgement before the record is stored.
 		// A cache that does not yet show this replica's last write may hold
 		// a record older than a failure already paused and resumed: judge
 		// again on the Stage as it is on the server.
-		if !m.writtenState.matches(stage.State.Value()) {
+		if !m.writtenState.matches(value) {
 			if stage, err = c.liveStage(ctx, key); stage == nil || err != nil {
 				return 0, err
 			}
-			if c.leftAlone(stage, m) {
+			value = stage.State.Value()
+			if c.leftAlone(stage, value, m) {
 				return 0, nil
 			}
 		}
-		if res, _ = c.step(stage, m, settings, pauses, held, now); hasAction(res, latch.ActionCreatePause) {
+		if res, _ = c.step(stage, value, m, settings, pauses, held, now); hasAction(res, latch.ActionCreatePause) {
 			// Make the pause, and let this same sync see it: the Stage is
 			// labeled and the pause takes effect without waiting for the
 			// informer to deliver it. A pause found deleted was resumed.
@@ -78,7 +81,7 @@ func (c *Controller) syncStage(ctx context.Context, key cache.ObjectName) (time.
 				return 0, err
 			}
 		}
-		res, obs = c.step(stage, m, settings, pauses, held, now)
+		res, obs = c.step(stage, value, m, settings, pauses, held, now)
 	} else if hasAction(res, latch.ActionCreatePause) {
 		c.reportDryRunPauses(ctx, stage, res)
 	}
@@ -92,8 +95,8 @@ func (c *Controller) syncStage(ctx context.Context, key cache.ObjectName) (time.
 	if err := c.beforeStore(ctx, stage, settings, pauses, res); err != nil {
 		return 0, err
 	}
-	announced := c.announce(ctx, stage, m, c.owedAnnouncement(stage, m, pauses, res))
-	stored, restored, err := c.store(ctx, stage, m, res)
+	announced := c.announce(ctx, stage, m, c.owedAnnouncement(stage, value, m, pauses, res))
+	stored, restored, err := c.store(ctx, stage, value, m, res)
 	if err != nil {
 		_ = announced()
 		return 0, err
@@ -131,7 +134,7 @@ func (c *Controller) markRetry(m *memo, now time.Time) time.Duration {
 }
 
 // step reads the record and the Stage's status and steps the machine.
-func (c *Controller) step(stage *kargo.Stage, m *memo, settings latch.Settings, pauses, held []*v1alpha1.StagePause, now time.Time) (latch.Result, latch.Observation) {
+func (c *Controller) step(stage *kargo.Stage, value string, m *memo, settings latch.Settings, pauses, held []*v1alpha1.StagePause, now time.Time) (latch.Result, latch.Observation) {
 	obs := c.observe(stage, m, pauses)
 	for _, p := range held {
 		obs.Deleted = append(obs.Deleted, p.Name)
@@ -140,7 +143,7 @@ func (c *Controller) step(stage *kargo.Stage, m *memo, settings latch.Settings, 
 		created := stage.CreationTimestamp.Time
 		obs.CreatedWithoutRecord = &created
 	}
-	return latch.Step(settings, c.priorRecord(stage, m), obs, now), obs
+	return latch.Step(settings, c.priorRecord(stage, value, m), obs, now), obs
 }
 
 // observe turns a Stage and the pauses covering it into the machine's
@@ -182,8 +185,7 @@ var phaseNames = func() []string {
 // leftAlone reports whether the Stage's record was written by a newer
 // kargo-latch (an upgrade rolled back, or two versions side by side): this
 // one then touches nothing of the Stage, and says so once.
-func (c *Controller) leftAlone(stage *kargo.Stage, m *memo) bool {
-	value := stage.State.Value()
+func (c *Controller) leftAlone(stage *kargo.Stage, value string, m *memo) bool {
 	newer := latch.NewerVersion(value)
 	if newer == nil {
 		return false
@@ -197,11 +199,10 @@ func (c *Controller) leftAlone(stage *kargo.Stage, m *memo) bool {
 
 // priorRecord decodes the Stage's record. Garbage is reported once and
 // treated as no record: the machine starts over from the Stage's status.
-func (c *Controller) priorRecord(stage *kargo.Stage, m *memo) latch.Record {
+func (c *Controller) priorRecord(stage *kargo.Stage, value string, m *memo) latch.Record {
 	if c.cfg.DryRun && m.dryRunRecord != nil {
 		return *m.dryRunRecord
 	}
-	value := stage.State.Value()
 	r, err := latch.Decode(value)
 	if err != nil {
 		if warnOnce(&m.badState, value) {
@@ -220,7 +221,7 @@ func (c *Controller) priorRecord(stage *kargo.Stage, m *memo) latch.Record {
 // was stale, it conflicts and the sync is retried from fresh data. It
 // returns the Stage as stored (nil when nothing was written), and reports
 // whether it put back a paused label someone removed.
-func (c *Controller) store(ctx context.Context, stage *kargo.Stage, m *memo, res latch.Result) (stored *kargo.Stage, restored bool, err error) {
+func (c *Controller) store(ctx context.Context, stage *kargo.Stage, value string, m *memo, res latch.Result) (stored *kargo.Stage, restored bool, err error) {
 	if c.cfg.DryRun {
 		m.dryRunRecord = &res.Record
 		return nil, false, nil
@@ -228,7 +229,7 @@ func (c *Controller) store(ctx context.Context, stage *kargo.Stage, m *memo, res
 	annotations := map[string]any{}
 	labels := map[string]any{}
 	encoded := res.Record.Encode()
-	if encoded != stage.State.Value() {
+	if encoded != value {
 		annotations[StateAnnotation] = encoded
 	}
 	wantPaused := len(res.Record.Pauses) > 0

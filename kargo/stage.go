@@ -227,21 +227,27 @@ func appsFromOutput(output any) []latch.App {
 			if !ok {
 				return nil
 			}
-			a := latch.App{
-				Name:      firstString(app, "Name", "name"),
-				Namespace: intern(firstString(app, "Namespace", "namespace")),
-				Health:    intern(str(app, "health", "status")),
-				Sync:      intern(str(app, "sync", "status")),
-			}
-			if a.Name == "" {
+			var named bool
+			apps, named = appendApp(apps, firstString(app, "Name", "name"), firstString(app, "Namespace", "namespace"), str(app, "health", "status"), str(app, "sync", "status"))
+			if !named {
 				return nil
-			}
-			if len(apps) < maxApps {
-				apps = append(apps, a)
 			}
 		}
 	}
 	return apps
+}
+
+// appendApp appends one App of a health output to apps, up to maxApps,
+// sharing the strings that repeat; named is false for an App without a
+// name, which makes the whole output unusable.
+func appendApp(apps []latch.App, name, namespace, health, sync string) (_ []latch.App, named bool) {
+	if name == "" {
+		return apps, false
+	}
+	if len(apps) < maxApps {
+		apps = append(apps, latch.App{Name: name, Namespace: intern(namespace), Health: intern(health), Sync: intern(sync)})
+	}
+	return apps, true
 }
 
 // firstString is the first of keys that holds a non-empty string in obj:

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"encoding/json"
 	"slices"
-	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -326,17 +325,10 @@ func appsFromChecks(checks []healthCheck) []latch.App {
 			return nil
 		}
 		for _, app := range check.ApplicationStatuses.apps {
-			a := latch.App{
-				Name:      firstNonEmpty(app.Name, app.LowerName),
-				Namespace: intern(firstNonEmpty(app.Namespace, app.LowerNS)),
-				Health:    intern(app.Health.Status),
-				Sync:      intern(app.Sync.Status),
-			}
-			if a.Name == "" {
+			var named bool
+			apps, named = appendApp(apps, firstNonEmpty(app.Name, app.LowerName), firstNonEmpty(app.Namespace, app.LowerNS), app.Health.Status, app.Sync.Status)
+			if !named {
 				return nil
-			}
-			if len(apps) < maxApps {
-				apps = append(apps, a)
 			}
 		}
 	}
@@ -348,15 +340,4 @@ func firstNonEmpty(a, b string) string {
 		return a
 	}
 	return b
-}
-
-func parseTime(s string) *time.Time {
-	if s == "" {
-		return nil
-	}
-	t, err := time.Parse(time.RFC3339, s)
-	if err != nil {
-		return nil
-	}
-	return &t
 }

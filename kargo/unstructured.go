@@ -82,7 +82,11 @@ func str(obj map[string]any, path ...string) string {
 }
 
 func timeAt(obj map[string]any, path ...string) *time.Time {
-	s := str(obj, path...)
+	return parseTime(str(obj, path...))
+}
+
+// parseTime reads an RFC 3339 time; nil when empty or unparsable.
+func parseTime(s string) *time.Time {
 	if s == "" {
 		return nil
 	}
