@@ -7,17 +7,26 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/watch"
+	dynamicfake "k8s.io/client-go/dynamic/fake"
+	kubefake "k8s.io/client-go/kubernetes/fake"
 	k8stesting "k8s.io/client-go/testing"
 	"k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/tools/record"
+	"k8s.io/klog/v2"
+	"k8s.io/klog/v2/ktesting"
 
 	"github.com/kargo-latch/kargo-latch/api/v1alpha1"
 	"github.com/kargo-latch/kargo-latch/kargo"
 	"github.com/kargo-latch/kargo-latch/latch"
+	"github.com/kargo-latch/kargo-latch/metrics"
 )
 
 // failedStage is the latched Stage prod, pause-on-failure on, whose newest
@@ -210,6 +219,56 @@ func TestFailureReadsTheStageOnlyWhenTheCacheMayBeBehind(t *testing.T) {
 			t.Errorf("record failure %+v, pausedBy %+v; want the failure's pause", r.Failure, r.PausedBy)
 		}
 	})
+}
+
+// A sync on a cache that still holds the version of the Stage this
+// replica's store replaced knows the cache is behind: it waits for that
+// store's watch event rather than read the Stage again or judge the
+// failure on the stale record.
+func TestFailureOnACacheBehindItsOwnStoreWaitsForTheEvent(t *testing.T) {
+	logger, ctx := ktesting.NewTestContext(t)
+	client := dynamicfake.NewSimpleDynamicClientWithCustomListKinds(runtime.NewScheme(), map[schema.GroupVersionResource]string{
+		kargo.StagesResource:         "StageList",
+		kargo.PromotionsResource:     "PromotionList",
+		v1alpha1.StagePausesResource: "StagePauseList",
+		kargo.FreightsResource:       "FreightList",
+	}, failedStage())
+	// No Stage event is ever delivered: the cache keeps the Stage as listed.
+	client.PrependWatchReactor("stages", func(k8stesting.Action) (bool, watch.Interface, error) {
+		return true, watch.NewFake(), nil
+	})
+	c, err := New(Config{
+		Dynamic: client, Kube: kubefake.NewClientset(), Recorder: record.NewFakeRecorder(100),
+		Defaults: latch.Settings{LatchDeadline: time.Minute, DegradedGrace: time.Minute},
+		Metrics:  metrics.New(prometheus.NewRegistry(), "test"),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(klog.NewContext(ctx, logger))
+	defer cancel()
+	if err := c.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	key := cache.NewObjectName("shop", "prod")
+	if _, err := c.syncStage(ctx, key); err != nil {
+		t.Fatal(err)
+	}
+	var r latch.Record
+	if u, err := client.Resource(kargo.StagesResource).Namespace("shop").Get(ctx, "prod", metav1.GetOptions{}); err != nil {
+		t.Fatal(err)
+	} else if r, err = latch.Decode(u.GetAnnotations()[StateAnnotation]); err != nil || len(r.Pauses) != 1 {
+		t.Fatalf("stored record %+v (%v), want it paused", r, err)
+	}
+	client.ClearActions()
+	if _, err := c.syncStage(ctx, key); err != nil {
+		t.Fatal(err)
+	}
+	for _, a := range client.Actions() {
+		if a.GetVerb() != "list" && a.GetVerb() != "watch" {
+			t.Errorf("second sync on a cache behind its store: %s %s, want no request", a.GetVerb(), a.GetResource().Resource)
+		}
+	}
 }
 
 // An Event refused while the record named its pause, then the Stage resumed

@@ -22,7 +22,7 @@ import (
 // replica's cache shows, so a read started by any drain of that pause will
 // do for all of them. What an API server admitted in the moment before its
 // gate knew the pause reaches the cache later, and is drained then (see
-// beforeStore). One read of
+// drainFor). One read of
 // the project instead of one per Stage spares the API server hundreds of
 // LISTs exactly when a person pushed the big red button.
 

@@ -23,12 +23,36 @@ import (
 	"github.com/kargo-latch/kargo-latch/latch"
 )
 
-// beforeStore drains the queued auto-promotions of a Stage becoming paused,
-// when asked to, before the record that says the Stage is paused is stored:
-// the drain is idempotent, so a sync retried after a crash or a conflict
-// repeats it harmlessly. (A failure's pause is made even earlier, in
-// syncStage; the StagePaused Event beside the store, in announce.)
-func (c *Controller) beforeStore(ctx context.Context, stage *kargo.Stage, settings latch.Settings, pauses []*v1alpha1.StagePause, res latch.Result) error {
+// drainAlong drains the queued auto-promotions of a Stage becoming paused,
+// when asked to, concurrently with the caller's store of the record that
+// says it is paused; the returned function waits for it. The drain's live
+// read and its aborts would otherwise stand between a failure and the
+// Stage's label: a pause would cost three round trips to the API server
+// instead of two (the StagePause, then the label). Either order survives a
+// crash or a refused write: the drain is idempotent, so a sync whose store
+// failed repeats it; and a record stored without its drain (a crash, an
+// abort refused) is a paused Stage, whose syncs drain every queued
+// auto-promotion the cache shows, which after a restart is all of them.
+// (A failure's pause is made before either, in syncStage; the StagePaused
+// Event beside the store, in announce.)
+func (c *Controller) drainAlong(ctx context.Context, stage *kargo.Stage, settings latch.Settings, pauses []*v1alpha1.StagePause, res latch.Result) (wait func() error) {
+	drain := c.drainFor(ctx, stage, settings, pauses, res)
+	if drain == nil {
+		return func() error { return nil }
+	}
+	done := make(chan error, 1)
+	go func() { done <- drain() }()
+	return func() error { return <-done }
+}
+
+// drainFor says what drain a sync owes, if any: a Stage becoming paused is
+// drained from a live read of its Promotions; a Stage paused already, of
+// the auto-promotions the cache shows queued. An API server may admit one a
+// moment after the pause, before its gate's own view of the pauses has it
+// (or a Kargo running under an ungated identity may make one: see
+// gatebypass.go); the drain's read may have come first, and the cache
+// shows it now: its event brought this sync.
+func (c *Controller) drainFor(ctx context.Context, stage *kargo.Stage, settings latch.Settings, pauses []*v1alpha1.StagePause, res latch.Result) func() error {
 	if !settings.DrainOnPause {
 		return nil
 	}
@@ -37,35 +61,45 @@ func (c *Controller) beforeStore(ctx context.Context, stage *kargo.Stage, settin
 		if p == nil {
 			return nil
 		}
-		queued, err := c.stagePromotions(ctx, stage, p)
-		if err != nil {
-			return err
-		}
-		return c.drain(ctx, stage, p, queued)
-	}
-	// Paused already. An API server may admit an auto-promotion a moment
-	// after the pause, before its gate's own view of the pauses has it (or
-	// a Kargo running under an ungated identity may make one: see
-	// gatebypass.go). The drain's read may have come first; the cache shows
-	// it now, and its event brought this sync.
-	if len(pauses) > 0 && len(res.Record.Pauses) > 0 {
-		if late := c.cachedQueuedAutoPromotions(stage); len(late) > 0 {
-			return c.drain(ctx, stage, pauses[0], late)
+		return func() error {
+			queued, err := c.stagePromotions(ctx, stage, p)
+			if err != nil {
+				return err
+			}
+			return c.drain(ctx, stage, p, queued)
 		}
 	}
-	return nil
+	if len(pauses) == 0 || len(res.Record.Pauses) == 0 {
+		return nil
+	}
+	late := c.cachedUndrainedAutoPromotions(stage, pauses)
+	if len(late) == 0 {
+		return nil
+	}
+	return func() error { return c.drain(ctx, stage, pauses[0], late) }
 }
 
-// cachedQueuedAutoPromotions lists the Stage's queued auto-promotions that
-// the cache shows and nobody has asked to abort yet.
-func (c *Controller) cachedQueuedAutoPromotions(stage *kargo.Stage) []*kargo.Promotion {
+// cachedUndrainedAutoPromotions lists the Stage's queued auto-promotions
+// that the cache shows and that no pause covering it lists as drained:
+// those nobody has asked to abort yet, and those a drain asked to abort but
+// could not record (its write of status.drained failed after the abort).
+func (c *Controller) cachedUndrainedAutoPromotions(stage *kargo.Stage, pauses []*v1alpha1.StagePause) []*kargo.Promotion {
 	var out []*kargo.Promotion
 	for _, p := range c.cachedPromotions(stage) {
-		if _, asked := p.Annotations[kargo.AbortAnnotation]; !asked && queuedAuto(p) {
+		if queuedAuto(p) && !drainedBy(pauses, p.Name) {
 			out = append(out, p)
 		}
 	}
 	return out
+}
+
+func drainedBy(pauses []*v1alpha1.StagePause, promotion string) bool {
+	for _, p := range pauses {
+		if slices.Contains(p.Status.Drained, promotion) {
+			return true
+		}
+	}
+	return false
 }
 
 // cachedPromotions lists the Promotions the cache holds for the Stage.

@@ -30,6 +30,11 @@ type memo struct {
 	// behind. It starts unknown: a replica that just became leader may
 	// cache a Stage behind the last write of the leader before it.
 	writtenState stateDigest
+	// replacedVersion is the resourceVersion of the Stage that this
+	// replica's last store replaced, once the API server took it: a cache
+	// that still holds that version is behind, and the store's own watch
+	// event is on its way.
+	replacedVersion string
 	// markRetryAt holds marking in markHeldCycle back after a failed try;
 	// markedCycle is the cycle whose marks this replica stored;
 	// markForbiddenCycle is the cycle whose refusal was reported.
@@ -93,7 +98,7 @@ func (ms *memos) newTerm() {
 	ms.mu.Lock()
 	defer ms.mu.Unlock()
 	for _, m := range ms.m {
-		m.writtenState = stateDigest{}
+		m.writtenState, m.replacedVersion = stateDigest{}, ""
 		m.announced = ""
 	}
 }

@@ -20,12 +20,13 @@ import (
 // syncStage steps one Stage's latch and carries out what the step asks for,
 // in an order that survives a crash at any point:
 //
-//  1. effects that must not be lost (creating a failure's pause, the
-//     drain) are made first, idempotently;
+//  1. a failure's pause, which must not be lost, is made first,
+//     idempotently;
 //  2. then the Stage's record, paused label and refresh request are stored
 //     in one patch, conditional on the resourceVersion they were computed
 //     from, so a stale or outdated view is retried rather than stored; the
-//     StagePaused Event is made at the same time (see announcement);
+//     StagePaused Event and the drain are made at the same time (see
+//     announcement and drainAlong);
 //  3. then the remaining Events and metrics are reported.
 //
 // Nothing is written when nothing changed.
@@ -65,6 +66,12 @@ func (c *Controller) syncStage(ctx context.Context, key cache.ObjectName) (time.
 		// a record older than a failure already paused and resumed: judge
 		// again on the Stage as it is on the server.
 		if !m.writtenState.matches(value) {
+			if stage.ResourceVersion == m.replacedVersion {
+				// Behind for sure: the event of that store brings a sync
+				// on the Stage as it is now.
+				logger.V(4).Info("Cache is behind this replica's last store; waiting for its event")
+				return 0, nil
+			}
 			if stage, err = c.liveStage(ctx, key); stage == nil || err != nil {
 				return 0, err
 			}
@@ -92,11 +99,10 @@ func (c *Controller) syncStage(ctx context.Context, key cache.ObjectName) (time.
 		reads = c.startMarkReads(ctx, key.Namespace, key.Name, obs.FreightNames)
 		defer func() { <-reads.done }()
 	}
-	if err := c.beforeStore(ctx, stage, settings, pauses, res); err != nil {
-		return 0, err
-	}
+	drained := c.drainAlong(ctx, stage, settings, pauses, res)
 	announced := c.announce(ctx, stage, m, c.owedAnnouncement(stage, value, m, pauses, res))
 	stored, restored, err := c.store(ctx, stage, value, m, res)
+	drainErr := drained()
 	if err != nil {
 		_ = announced()
 		return 0, err
@@ -117,6 +123,9 @@ func (c *Controller) syncStage(ctx context.Context, key cache.ObjectName) (time.
 	}
 	if announceErr != nil {
 		return 0, announceErr
+	}
+	if drainErr != nil {
+		return 0, drainErr
 	}
 	statusCheck := c.checkStatus(stage, m, now)
 	if res.RequeueAfter > 0 {
@@ -262,12 +271,13 @@ func (c *Controller) store(ctx context.Context, stage *kargo.Stage, value string
 	}
 	// Until the cache shows this record, or whatever a failed write left,
 	// it may be behind the server.
-	m.writtenState = digestOf(encoded)
+	m.writtenState, m.replacedVersion = digestOf(encoded), ""
 	u, err := c.cfg.Dynamic.Resource(kargo.StagesResource).Namespace(stage.Namespace).
 		Patch(ctx, stage.Name, types.MergePatchType, patch, metav1.PatchOptions{FieldManager: FieldManager})
 	if err != nil {
 		return nil, false, fmt.Errorf("writing the Stage's latch record: %w", err)
 	}
+	m.replacedVersion = stage.ResourceVersion
 	klog.FromContext(ctx).V(2).Info("Stored latch record", "phase", res.Record.Phase, "pauses", res.Record.Pauses)
 	return kargo.StageFromUnstructured(u), restored, nil
 }
