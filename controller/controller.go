@@ -47,6 +47,10 @@ type Config struct {
 	// Namespaces limits the operator to these Kargo projects; empty means
 	// all namespaces.
 	Namespaces []string
+	// Shard and DefaultShard pick the Stages this operator serves, as
+	// Kargo's controllers pick theirs (see shards.go); neither means all.
+	Shard        string
+	DefaultShard bool
 	// Defaults are the settings of a Stage without setting annotations.
 	Defaults latch.Settings
 	// Workers syncing Stages in parallel (default 8).
@@ -91,6 +95,8 @@ type Controller struct {
 	// among the drains of its Stages.
 	pauseLists pauseLists
 
+	// selectors are the label selectors of this operator's shard.
+	selectors []string
 	// Informers by namespace; the key "" holds an all-namespaces informer.
 	stageInformers     map[string]cache.SharedIndexInformer
 	promotionInformers map[string]cache.SharedIndexInformer
@@ -143,6 +149,7 @@ func New(cfg Config) (*Controller, error) {
 		clock:              cfg.Clock,
 		recorder:           cfg.Recorder,
 		memos:              newMemos(),
+		selectors:          shardSelectors(cfg.Shard, cfg.DefaultShard),
 		bypass:             newBypassWatch(),
 		stageInformers:     map[string]cache.SharedIndexInformer{},
 		promotionInformers: map[string]cache.SharedIndexInformer{},
@@ -162,55 +169,78 @@ func New(cfg Config) (*Controller, error) {
 }
 
 func (c *Controller) watchNamespace(ns string) error {
+	for _, watch := range []func(string) error{c.watchStages, c.watchPromotions, c.watchPauses} {
+		if err := watch(ns); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// watchStages makes the Stage informer of ns.
+func (c *Controller) watchStages(ns string) error {
 	stages := c.stageInformer(ns)
+	if err := c.prepare(kargo.StagesResource, ns, stages, kargo.TransformStage); err != nil {
+		return err
+	}
+	if _, err := stages.AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc:    func(obj any) { c.enqueueStage(obj); c.enqueuePausesOf(obj) },
+		UpdateFunc: c.updateStage,
+		DeleteFunc: func(obj any) { c.enqueueStage(obj); c.enqueuePausesOf(obj) },
+	}); err != nil {
+		return fmt.Errorf("adding an event handler: %w", err)
+	}
+	c.stageInformers[ns] = stages
+	return nil
+}
+
+// watchPromotions makes the Promotion informer of ns, indexed by Stage.
+func (c *Controller) watchPromotions(ns string) error {
 	promotions := c.dynamicInformer(kargo.PromotionsResource, ns, c.cfg.Resync)
-	pauses := c.dynamicInformer(v1alpha1.StagePausesResource, ns, c.cfg.Resync)
-	for _, w := range []struct {
-		gvr       schema.GroupVersionResource
-		inf       cache.SharedIndexInformer
-		transform cache.TransformFunc
-	}{
-		{kargo.StagesResource, stages, kargo.TransformStage},
-		{kargo.PromotionsResource, promotions, kargo.TransformPromotion},
-		{v1alpha1.StagePausesResource, pauses, transformPause},
-	} {
-		if err := w.inf.SetTransform(w.transform); err != nil {
-			return fmt.Errorf("setting an informer transform: %w", err)
-		}
-		if err := w.inf.SetWatchErrorHandlerWithContext(c.watchErrorHandler(w.gvr, ns)); err != nil {
-			return fmt.Errorf("setting an informer's watch error handler: %w", err)
-		}
-		c.caches = append(c.caches, watchedCache{name: cacheName(w.gvr, ns), synced: w.inf.HasSynced})
+	if err := c.prepare(kargo.PromotionsResource, ns, promotions, kargo.TransformPromotion); err != nil {
+		return err
 	}
 	if err := promotions.AddIndexers(cache.Indexers{promotionsByStage: promotionStageIndex}); err != nil {
 		return fmt.Errorf("promotion index: %w", err)
 	}
-	handlers := []struct {
-		inf cache.SharedIndexInformer
-		h   cache.ResourceEventHandler
-	}{
-		{stages, cache.ResourceEventHandlerFuncs{
-			AddFunc:    func(obj any) { c.enqueueStage(obj); c.enqueuePausesOf(obj) },
-			UpdateFunc: c.updateStage,
-			DeleteFunc: func(obj any) { c.enqueueStage(obj); c.enqueuePausesOf(obj) },
-		}},
-		{promotions, cache.ResourceEventHandlerFuncs{
-			AddFunc:    c.enqueuePromotionStage,
-			UpdateFunc: c.updatePromotion,
-			DeleteFunc: c.enqueuePromotionStage,
-		}},
-		{pauses, cache.ResourceEventHandlerFuncs{
-			AddFunc:    c.enqueuePause,
-			UpdateFunc: c.updatePause,
-			DeleteFunc: c.enqueuePause,
-		}},
+	if _, err := promotions.AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc:    c.enqueuePromotionStage,
+		UpdateFunc: c.updatePromotion,
+		DeleteFunc: c.enqueuePromotionStage,
+	}); err != nil {
+		return fmt.Errorf("adding an event handler: %w", err)
 	}
-	for _, h := range handlers {
-		if _, err := h.inf.AddEventHandler(h.h); err != nil {
-			return fmt.Errorf("adding an event handler: %w", err)
-		}
+	c.promotionInformers[ns] = promotions
+	return nil
+}
+
+// watchPauses makes the StagePause informer of ns.
+func (c *Controller) watchPauses(ns string) error {
+	pauses := c.dynamicInformer(v1alpha1.StagePausesResource, ns, c.cfg.Resync)
+	if err := c.prepare(v1alpha1.StagePausesResource, ns, pauses, transformPause); err != nil {
+		return err
 	}
-	c.stageInformers[ns], c.promotionInformers[ns], c.pauseInformers[ns] = stages, promotions, pauses
+	if _, err := pauses.AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc:    c.enqueuePause,
+		UpdateFunc: c.updatePause,
+		DeleteFunc: c.enqueuePause,
+	}); err != nil {
+		return fmt.Errorf("adding an event handler: %w", err)
+	}
+	c.pauseInformers[ns] = pauses
+	return nil
+}
+
+// prepare sets an informer's transform and watch error handler, and counts
+// it among the caches whose sync and watch the readiness reports.
+func (c *Controller) prepare(gvr schema.GroupVersionResource, ns string, inf cache.SharedIndexInformer, transform cache.TransformFunc) error {
+	if err := inf.SetTransform(transform); err != nil {
+		return fmt.Errorf("setting an informer transform: %w", err)
+	}
+	if err := inf.SetWatchErrorHandlerWithContext(c.watchErrorHandler(gvr, ns)); err != nil {
+		return fmt.Errorf("setting an informer's watch error handler: %w", err)
+	}
+	c.caches = append(c.caches, watchedCache{name: cacheName(gvr, ns), synced: inf.HasSynced})
 	return nil
 }
 

@@ -30,6 +30,12 @@ const (
 // of its Stage.
 const StageLabel = "kargo.akuity.io/stage"
 
+// ShardLabel is the label Kargo shards its controllers by: its Stage webhook
+// sets it from spec.shard, its Promotion webhook copies the Stage's onto
+// every Promotion of the Stage, and its default controller takes the
+// objects without it.
+const ShardLabel = "kargo.akuity.io/shard"
+
 // The values of status.health.status that Kargo defines. The CRD does not
 // enforce them, so anything else may appear and is read as Unknown.
 const (
