@@ -65,13 +65,27 @@ type Stage struct {
 }
 
 // StageOption changes the Stage CreateStage makes.
-type StageOption func(spec map[string]any)
+type StageOption func(stage *unstructured.Unstructured)
 
 // WithVerification gives the Stage a spec.verification, so that Kargo
 // would verify each promotion with an AnalysisRun.
 func WithVerification() StageOption {
-	return func(spec map[string]any) {
-		spec["verification"] = map[string]any{"analysisTemplates": []any{map[string]any{"name": "smoke-test"}}}
+	return func(stage *unstructured.Unstructured) {
+		stage.Object["spec"].(map[string]any)["verification"] = map[string]any{"analysisTemplates": []any{map[string]any{"name": "smoke-test"}}}
+	}
+}
+
+// WithShard puts the Stage in a shard, as Kargo's Stage webhook leaves it:
+// spec.shard, and the label kargo.akuity.io/shard synced from it.
+func WithShard(shard string) StageOption {
+	return func(stage *unstructured.Unstructured) {
+		stage.Object["spec"].(map[string]any)["shard"] = shard
+		labels := stage.GetLabels()
+		if labels == nil {
+			labels = map[string]string{}
+		}
+		labels[kargo.ShardLabel] = shard
+		stage.SetLabels(labels)
 	}
 }
 
@@ -96,7 +110,7 @@ func (k *Kargo) CreateStage(ctx context.Context, ns, name string, annotations ma
 		obj.SetAnnotations(annotations)
 	}
 	for _, o := range opts {
-		o(obj.Object["spec"].(map[string]any))
+		o(obj)
 	}
 	created, err := k.client.Resource(kargo.StagesResource).Namespace(ns).Create(ctx, obj, metav1.CreateOptions{})
 	if err != nil {

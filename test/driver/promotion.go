@@ -18,6 +18,12 @@ import (
 // annotation when actor is not empty. Kargo's own auto-promotions carry no
 // actor; people's carry e.g. "kubernetes:dev".
 func CreatePromotion(ctx context.Context, client dynamic.Interface, ns, stage, actor string) (*unstructured.Unstructured, error) {
+	return CreateShardPromotion(ctx, client, ns, stage, "", actor)
+}
+
+// CreateShardPromotion is CreatePromotion for a Stage in a shard: Kargo's
+// webhook copies the Stage's shard label onto its Promotions.
+func CreateShardPromotion(ctx context.Context, client dynamic.Interface, ns, stage, shard, actor string) (*unstructured.Unstructured, error) {
 	freight := newFreightName()
 	annotations := map[string]any{"kargo.akuity.io/stage": stage}
 	if actor != "" {
@@ -38,6 +44,9 @@ func CreatePromotion(ctx context.Context, client dynamic.Interface, ns, stage, a
 			"steps":   []any{map[string]any{"uses": "argocd-update", "config": map[string]any{"apps": []any{map[string]any{"name": stage}}}}},
 		},
 	}}
+	if shard != "" {
+		obj.SetLabels(map[string]string{kargo.StageLabel: stage, kargo.ShardLabel: shard})
+	}
 	return client.Resource(kargo.PromotionsResource).Namespace(ns).Create(ctx, obj, metav1.CreateOptions{})
 }
 
