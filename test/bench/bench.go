@@ -126,7 +126,7 @@ func (b *bench) setUp(ctx context.Context) ([]row, error) {
 	}
 	// The operator stores a first record on every Stage, at its QPS, on a
 	// machine the apiserver already saturates: allow for the scale.
-	limit := 5*time.Minute + time.Duration(b.o.stages+b.o.wide)*120*time.Millisecond
+	limit := 5*time.Minute + time.Duration(b.o.stages+b.o.wide)*200*time.Millisecond
 	say("waiting for the operator to latch every Stage (at most %v)", limit)
 	lastSaid := time.Now()
 	if err := b.watcher.waitFor(ctx, limit, func(w *watcher) bool {
