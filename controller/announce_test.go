@@ -2,6 +2,7 @@ package controller
 
 import (
 	"context"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -236,6 +237,18 @@ func TestFailureOnACacheBehindItsOwnStoreWaitsForTheEvent(t *testing.T) {
 	// No Stage event is ever delivered: the cache keeps the Stage as listed.
 	client.PrependWatchReactor("stages", func(k8stesting.Action) (bool, watch.Interface, error) {
 		return true, watch.NewFake(), nil
+	})
+	// The API server moves a Stage's resourceVersion on every write that
+	// changes it; the fake does not.
+	client.PrependReactor("patch", "stages", func(a k8stesting.Action) (bool, runtime.Object, error) {
+		_, obj, err := k8stesting.ObjectReaction(client.Tracker())(a)
+		if err != nil {
+			return true, nil, err
+		}
+		u := obj.(*unstructured.Unstructured)
+		rv, _ := strconv.Atoi(u.GetResourceVersion())
+		u.SetResourceVersion(strconv.Itoa(rv + 1))
+		return true, u, client.Tracker().Update(kargo.StagesResource, u, "shop")
 	})
 	c, err := New(Config{
 		Dynamic: client, Kube: kubefake.NewClientset(), Recorder: record.NewFakeRecorder(100),

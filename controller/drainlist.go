@@ -106,7 +106,7 @@ func (c *Controller) listQueuedAutoPromotions(ctx context.Context, ns string) (m
 			return nil, fmt.Errorf("listing the project's Promotions: %w", err)
 		}
 		for i := range page.Items {
-			if p := kargo.PromotionFromUnstructured(&page.Items[i]); queuedAuto(p) {
+			if p := kargo.PromotionFromUnstructured(&page.Items[i]); queuedAuto(p) || drainedFor(p) != "" {
 				byStage[p.Stage] = append(byStage[p.Stage], p)
 			}
 		}

@@ -35,71 +35,123 @@ import (
 // auto-promotion the cache shows, which after a restart is all of them.
 // (A failure's pause is made before either, in syncStage; the StagePaused
 // Event beside the store, in announce.)
-func (c *Controller) drainAlong(ctx context.Context, stage *kargo.Stage, settings latch.Settings, pauses []*v1alpha1.StagePause, res latch.Result) (wait func() error) {
-	drain := c.drainFor(ctx, stage, settings, pauses, res)
+func (c *Controller) drainAlong(ctx context.Context, stage *kargo.Stage, m *memo, settings latch.Settings, pauses []*v1alpha1.StagePause, res latch.Result) (wait func() error) {
+	drain, live := c.drainFor(ctx, stage, m, settings, pauses, res)
 	if drain == nil {
 		return func() error { return nil }
 	}
 	done := make(chan error, 1)
 	go func() { done <- drain() }()
-	return func() error { return <-done }
+	return func() error {
+		err := <-done
+		// A live drain that failed is owed until one succeeds: the
+		// retry of a paused Stage would otherwise drain from the cache
+		// alone, which may not show an auto-promotion made just before
+		// the pause (a stalled watch).
+		switch {
+		case live != "" && err != nil:
+			m.liveDrainOwed = live
+		case live != "" && m.liveDrainOwed == live:
+			m.liveDrainOwed = ""
+		}
+		return err
+	}
 }
 
-// drainFor says what drain a sync owes, if any: a Stage becoming paused is
-// drained from a live read of its Promotions; a Stage paused already, of
-// the auto-promotions the cache shows queued. An API server may admit one a
-// moment after the pause, before its gate's own view of the pauses has it
-// (or a Kargo running under an ungated identity may make one: see
-// gatebypass.go); the drain's read may have come first, and the cache
-// shows it now: its event brought this sync.
-func (c *Controller) drainFor(ctx context.Context, stage *kargo.Stage, settings latch.Settings, pauses []*v1alpha1.StagePause, res latch.Result) func() error {
-	if !settings.DrainOnPause {
-		return nil
+// drainFor says what drain a sync owes, if any, and the pause whose live
+// drain it is (empty when it drains from the cache). A Stage becoming
+// paused, or whose live drain failed before, is drained from a live read of
+// its Promotions; a Stage paused already, of what the cache shows: an
+// auto-promotion queued and not yet asked to abort (an API server may admit
+// one a moment after the pause, before its gate's own view of the pauses
+// has it, or a Kargo running under an ungated identity may make one: see
+// gatebypass.go; its event brought this sync), and one this operator asked
+// to abort for a covering pause whose status.drained does not list it yet.
+func (c *Controller) drainFor(ctx context.Context, stage *kargo.Stage, m *memo, settings latch.Settings, pauses []*v1alpha1.StagePause, res latch.Result) (drain func() error, live types.UID) {
+	if !settings.DrainOnPause || len(pauses) == 0 {
+		return nil, ""
 	}
+	var p *v1alpha1.StagePause
 	if a, ok := actionOf(res, latch.ActionPaused); ok {
-		p := pauseNamed(pauses, a.Pause)
-		if p == nil {
-			return nil
+		p = pauseNamed(pauses, a.Pause)
+	} else if m.liveDrainOwed != "" {
+		if p = pauseWithUID(pauses, m.liveDrainOwed); p == nil {
+			m.liveDrainOwed = "" // that pause is gone: nothing is owed to it
 		}
+	}
+	if p != nil {
 		return func() error {
 			queued, err := c.stagePromotions(ctx, stage, p)
 			if err != nil {
 				return err
 			}
 			return c.drain(ctx, stage, p, queued)
-		}
+		}, p.UID
 	}
-	if len(pauses) == 0 || len(res.Record.Pauses) == 0 {
-		return nil
+	if len(res.Record.Pauses) == 0 {
+		return nil, ""
 	}
-	late := c.cachedUndrainedAutoPromotions(stage, pauses)
+	late := c.cachedUndrained(stage, pauses)
 	if len(late) == 0 {
-		return nil
+		return nil, ""
 	}
-	return func() error { return c.drain(ctx, stage, pauses[0], late) }
+	return func() error {
+		for _, p := range pauses {
+			if err := c.drain(ctx, stage, p, late[p.UID]); err != nil {
+				return err
+			}
+		}
+		return nil
+	}, ""
 }
 
-// cachedUndrainedAutoPromotions lists the Stage's queued auto-promotions
-// that the cache shows and that no pause covering it lists as drained:
-// those nobody has asked to abort yet, and those a drain asked to abort but
-// could not record (its write of status.drained failed after the abort).
-func (c *Controller) cachedUndrainedAutoPromotions(stage *kargo.Stage, pauses []*v1alpha1.StagePause) []*kargo.Promotion {
-	var out []*kargo.Promotion
+// cachedUndrained sorts the Promotions of a paused Stage that the cache
+// shows and a drain still owes by the covering pause to drain them for: one
+// marked as this operator's abort for a pause not yet listing it, and an
+// auto-promotion queued and not yet asked to abort, for the first pause.
+func (c *Controller) cachedUndrained(stage *kargo.Stage, pauses []*v1alpha1.StagePause) map[types.UID][]*kargo.Promotion {
+	var out map[types.UID][]*kargo.Promotion
+	add := func(uid types.UID, p *kargo.Promotion) {
+		if out == nil {
+			out = map[types.UID][]*kargo.Promotion{}
+		}
+		out[uid] = append(out[uid], p)
+	}
 	for _, p := range c.cachedPromotions(stage) {
-		if queuedAuto(p) && !drainedBy(pauses, p.Name) {
-			out = append(out, p)
+		if owner := pauseWithUID(pauses, drainedFor(p)); owner != nil {
+			if !slices.Contains(owner.Status.Drained, p.Name) {
+				add(owner.UID, p)
+			}
+			continue
+		}
+		if queuedAuto(p) && !abortAsked(p) {
+			add(pauses[0].UID, p)
 		}
 	}
 	return out
 }
 
-func drainedBy(pauses []*v1alpha1.StagePause, promotion string) bool {
+func pauseWithUID(pauses []*v1alpha1.StagePause, uid types.UID) *v1alpha1.StagePause {
 	for _, p := range pauses {
-		if slices.Contains(p.Status.Drained, promotion) {
-			return true
+		if uid != "" && p.UID == uid {
+			return p
 		}
 	}
-	return false
+	return nil
+}
+
+// drainedFor is the UID of the pause a drain of this operator asked to
+// abort p for; empty when none did.
+func drainedFor(p *kargo.Promotion) types.UID {
+	if !abortAsked(p) {
+		return ""
+	}
+	return types.UID(p.Annotations[DrainedByAnnotation])
+}
+
+func abortAsked(p *kargo.Promotion) bool {
+	_, asked := p.Annotations[kargo.AbortAnnotation]
+	return asked
 }
 
 // cachedPromotions lists the Promotions the cache holds for the Stage.
@@ -304,14 +356,17 @@ func (c *Controller) eventOnce(ctx context.Context, stage *kargo.Stage, name, ev
 func (c *Controller) drain(ctx context.Context, stage *kargo.Stage, pause *v1alpha1.StagePause, queued []*kargo.Promotion) error {
 	var drained []string
 	for _, p := range queued {
-		if !queuedAuto(p) {
+		mine := drainedFor(p) == pause.UID
+		if !mine && (!queuedAuto(p) || abortAsked(p)) {
+			// Running, a person's, finished, or aborted by someone else
+			// (a person, or a drain for another pause).
 			continue
 		}
 		if c.cfg.DryRun {
 			drained = append(drained, p.Name)
 			continue
 		}
-		aborted, err := c.abort(ctx, p)
+		aborted, err := c.abort(ctx, p, pause)
 		if err != nil {
 			return err
 		}
@@ -331,7 +386,8 @@ func (c *Controller) drain(ctx context.Context, stage *kargo.Stage, pause *v1alp
 	}
 	added, err := c.addDrained(ctx, pause, drained)
 	if err != nil || len(added) == 0 {
-		// Reported by the sync that recorded them: a retry does not repeat it.
+		// Reported by the sync that recorded them: a retry does not repeat
+		// it. Until then, the abort's mark keeps them owed (drainFor).
 		return err
 	}
 	c.event(stage, corev1.EventTypeNormal, ReasonPromotionDrained,
@@ -345,18 +401,18 @@ func (c *Controller) drain(ctx context.Context, stage *kargo.Stage, pause *v1alp
 // drains does not show), it is read again and judged on that. It reports
 // whether the Promotion is aborted (false when it is gone or no longer
 // queued).
-func (c *Controller) abort(ctx context.Context, p *kargo.Promotion) (bool, error) {
+func (c *Controller) abort(ctx context.Context, p *kargo.Promotion, pause *v1alpha1.StagePause) (bool, error) {
 	client := c.cfg.Dynamic.Resource(kargo.PromotionsResource).Namespace(p.Namespace)
 	for range 3 {
-		if _, aborted := p.Annotations[kargo.AbortAnnotation]; aborted {
-			return true, nil
+		if abortAsked(p) {
+			return drainedFor(p) == pause.UID, nil
 		}
 		if !queuedAuto(p) {
 			return false, nil
 		}
 		patch, _ := json.Marshal(map[string]any{"metadata": map[string]any{
 			"resourceVersion": p.ResourceVersion,
-			"annotations":     map[string]string{kargo.AbortAnnotation: "terminate"},
+			"annotations":     map[string]string{kargo.AbortAnnotation: "terminate", DrainedByAnnotation: string(pause.UID)},
 		}})
 		_, err := client.Patch(ctx, p.Name, types.MergePatchType, patch, metav1.PatchOptions{FieldManager: FieldManager})
 		switch {
@@ -425,34 +481,42 @@ func (c *Controller) stagePromotions(ctx context.Context, stage *kargo.Stage, pa
 // and writes conditionally.
 func (c *Controller) addDrained(ctx context.Context, pause *v1alpha1.StagePause, names []string) (added []string, err error) {
 	client := c.cfg.Dynamic.Resource(v1alpha1.StagePausesResource).Namespace(pause.Namespace)
-	u, err := client.Get(ctx, pause.Name, metav1.GetOptions{})
-	if apierrors.IsNotFound(err) {
-		return nil, nil
-	}
-	if err != nil {
-		return nil, err
-	}
-	have, _, _ := unstructured.NestedStringSlice(u.Object, "status", "drained")
-	for _, n := range names {
-		if !slices.Contains(have, n) {
-			added = append(added, n)
+	for range 5 {
+		u, err := client.Get(ctx, pause.Name, metav1.GetOptions{})
+		if apierrors.IsNotFound(err) {
+			return nil, nil
 		}
+		if err != nil {
+			return nil, err
+		}
+		have, _, _ := unstructured.NestedStringSlice(u.Object, "status", "drained")
+		added = nil
+		for _, n := range names {
+			if !slices.Contains(have, n) {
+				added = append(added, n)
+			}
+		}
+		if len(added) == 0 {
+			return nil, nil
+		}
+		all := append(slices.Clone(have), added...)
+		slices.Sort(all)
+		all = slices.Compact(all)
+		patch, _ := json.Marshal(map[string]any{
+			"metadata": map[string]any{"resourceVersion": u.GetResourceVersion()},
+			"status":   map[string]any{"drained": all},
+		})
+		_, err = client.Patch(ctx, pause.Name, types.MergePatchType, patch, metav1.PatchOptions{FieldManager: FieldManager}, "status")
+		if err == nil {
+			return added, nil
+		}
+		if !apierrors.IsConflict(err) {
+			return nil, fmt.Errorf("recording drained Promotions on StagePause %s: %w", pause.Name, err)
+		}
+		// The drains of a project-wide pause's other Stages, or its status
+		// sync, wrote it meanwhile: read it again.
 	}
-	if len(added) == 0 {
-		return nil, nil
-	}
-	all := append(slices.Clone(have), added...)
-	slices.Sort(all)
-	all = slices.Compact(all)
-	patch, _ := json.Marshal(map[string]any{
-		"metadata": map[string]any{"resourceVersion": u.GetResourceVersion()},
-		"status":   map[string]any{"drained": all},
-	})
-	_, err = client.Patch(ctx, pause.Name, types.MergePatchType, patch, metav1.PatchOptions{FieldManager: FieldManager}, "status")
-	if err != nil {
-		return nil, fmt.Errorf("recording drained Promotions on StagePause %s: %w", pause.Name, err)
-	}
-	return added, nil
+	return nil, fmt.Errorf("recording drained Promotions on StagePause %s: it keeps changing", pause.Name)
 }
 
 // reportConfig warns once per new invalid-settings message.

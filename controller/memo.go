@@ -5,6 +5,7 @@ import (
 	"sync"
 	"time"
 
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/cache"
 
 	"github.com/kargo-latch/kargo-latch/latch"
@@ -35,6 +36,9 @@ type memo struct {
 	// that still holds that version is behind, and the store's own watch
 	// event is on its way.
 	replacedVersion string
+	// liveDrainOwed names the pause whose live drain failed in this term:
+	// the next syncs drain from a live read again until one succeeds.
+	liveDrainOwed types.UID
 	// markRetryAt holds marking in markHeldCycle back after a failed try;
 	// markedCycle is the cycle whose marks this replica stored;
 	// markForbiddenCycle is the cycle whose refusal was reported.

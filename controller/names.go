@@ -13,6 +13,11 @@ const (
 	DegradedGraceAnnotation  = "kargo-latch.io/degraded-grace"
 	DrainOnPauseAnnotation   = "kargo-latch.io/drain-on-pause"
 	MarkVerifiedAnnotation   = "kargo-latch.io/mark-verified"
+	// DrainedByAnnotation goes on a Promotion with the abort request of a
+	// drain, naming the UID of the StagePause it drained for: once Kargo has
+	// finished the Promotion (Aborted), it is how a drain tells its own
+	// abort, still to be recorded in status.drained, from a person's.
+	DrainedByAnnotation = "kargo-latch.io/drained-by"
 )
 
 // PausedLabel is on a Stage exactly while a StagePause covers it.

@@ -66,7 +66,7 @@ func (c *Controller) syncStage(ctx context.Context, key cache.ObjectName) (time.
 		// a record older than a failure already paused and resumed: judge
 		// again on the Stage as it is on the server.
 		if !m.writtenState.matches(value) {
-			if stage.ResourceVersion == m.replacedVersion {
+			if m.replacedVersion != "" && stage.ResourceVersion == m.replacedVersion {
 				// Behind for sure: the event of that store brings a sync
 				// on the Stage as it is now.
 				logger.V(4).Info("Cache is behind this replica's last store; waiting for its event")
@@ -99,12 +99,15 @@ func (c *Controller) syncStage(ctx context.Context, key cache.ObjectName) (time.
 		reads = c.startMarkReads(ctx, key.Namespace, key.Name, obs.FreightNames)
 		defer func() { <-reads.done }()
 	}
-	drained := c.drainAlong(ctx, stage, settings, pauses, res)
+	drained := c.drainAlong(ctx, stage, m, settings, pauses, res)
 	announced := c.announce(ctx, stage, m, c.owedAnnouncement(stage, value, m, pauses, res))
 	stored, restored, err := c.store(ctx, stage, value, m, res)
 	drainErr := drained()
 	if err != nil {
 		_ = announced()
+		if drainErr != nil {
+			logger.Error(drainErr, "Draining the Stage's queued auto-promotions failed too; retrying with the store")
+		}
 		return 0, err
 	}
 	c.afterStore(stage, pauses, res, restored)
@@ -277,7 +280,11 @@ func (c *Controller) store(ctx context.Context, stage *kargo.Stage, value string
 	if err != nil {
 		return nil, false, fmt.Errorf("writing the Stage's latch record: %w", err)
 	}
-	m.replacedVersion = stage.ResourceVersion
+	if u.GetResourceVersion() != stage.ResourceVersion {
+		// Only a write that moved the Stage on leaves its old version
+		// behind in the cache; a no-op one would name the current version.
+		m.replacedVersion = stage.ResourceVersion
+	}
 	klog.FromContext(ctx).V(2).Info("Stored latch record", "phase", res.Record.Phase, "pauses", res.Record.Pauses)
 	return kargo.StageFromUnstructured(u), restored, nil
 }
