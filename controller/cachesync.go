@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -94,17 +95,27 @@ func (p *cacheProblems) diagnosed() []string {
 
 // cacheName names the cache of gvr listed in namespace ns ("" for all).
 func cacheName(gvr schema.GroupVersionResource, ns string) string {
-	if ns == "" {
-		return gvr.GroupResource().String() + " in all namespaces"
+	return selectedCacheName(gvr, ns, "")
+}
+
+// selectedCacheName names the cache of the objects of gvr matching a label
+// selector (all when empty) in namespace ns: the two Stage caches of an
+// operator of a shard and the default shard have names of their own.
+func selectedCacheName(gvr schema.GroupVersionResource, ns, selector string) string {
+	name := gvr.GroupResource().String()
+	if selector != "" {
+		name += " selected by " + strconv.Quote(selector)
 	}
-	return gvr.GroupResource().String() + " in namespace " + ns
+	if ns == "" {
+		return name + " in all namespaces"
+	}
+	return name + " in namespace " + ns
 }
 
 // watchErrorHandler diagnoses the list and watch errors of the informer of
-// gvr in namespace ns. Errors it cannot explain go to client-go's default
-// handler, which logs them as before.
-func (c *Controller) watchErrorHandler(gvr schema.GroupVersionResource, ns string) cache.WatchErrorHandlerWithContext {
-	name := cacheName(gvr, ns)
+// gvr in namespace ns, whose cache is named name. Errors it cannot explain
+// go to client-go's default handler, which logs them as before.
+func (c *Controller) watchErrorHandler(gvr schema.GroupVersionResource, ns, name string) cache.WatchErrorHandlerWithContext {
 	return func(ctx context.Context, r *cache.Reflector, err error) {
 		text, known := diagnose(gvr, name, err)
 		if !known {

@@ -66,12 +66,9 @@ func (s *stageStates) all(yield func(metrics.StageState) bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.scrape++
-	for _, inf := range s.c.stageInformers {
-		idx := inf.GetIndexer()
-		for _, ns := range idx.ListIndexFuncValues(cache.NamespaceIndex) {
-			if !s.namespace(idx, ns, yield) {
-				return // the walk was cut short: keep what it did not see
-			}
+	for _, ns := range s.c.stageNamespaces() {
+		if !s.namespace(ns, yield) {
+			return // the walk was cut short: keep what it did not see
 		}
 	}
 	for key, r := range s.records {
@@ -82,19 +79,13 @@ func (s *stageStates) all(yield func(metrics.StageState) bool) {
 }
 
 // namespace yields the states of one namespace's Stages; false when the
-// consumer stopped the walk.
-func (s *stageStates) namespace(idx cache.Indexer, ns string, yield func(metrics.StageState) bool) bool {
-	objs, err := idx.ByIndex(cache.NamespaceIndex, ns)
-	if err != nil {
-		return true
-	}
+// consumer stopped the walk. A Stage moving between the two shards of an
+// operator that serves both may sit in both caches a moment: stagesIn
+// yields it once, as a registry must see each series once.
+func (s *stageStates) namespace(ns string, yield func(metrics.StageState) bool) bool {
 	var pauses []*v1alpha1.StagePause // in force, by name; listed at the first paused Stage
 	listed := false
-	for _, obj := range objs {
-		stage, ok := obj.(*kargo.Stage)
-		if !ok {
-			continue
-		}
+	for _, stage := range s.c.stagesIn(ns) {
 		r := s.summary(stage)
 		if r.phase == "" {
 			continue

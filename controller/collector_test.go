@@ -338,7 +338,7 @@ func TestNoGaugesBeforeTheCachesSync(t *testing.T) {
 	}
 	// Put a Stage in the cache by hand, as a half-done initial list would.
 	stage := kargo.StageFromUnstructured(healthyStage("prod", map[string]any{StateAnnotation: latchedRecord().Encode()}))
-	indexer := c.informerFor(c.stageInformers, "shop").GetIndexer()
+	indexer := c.stageInformersFor("shop")[0].GetIndexer()
 	if err := indexer.Add(stage); err != nil {
 		t.Fatal(err)
 	}

@@ -40,7 +40,9 @@ type Config struct {
 	// StageClient, from kargo.NewStageClient, lists and watches Stages
 	// straight into their mirror, sparing the decoding of their large
 	// statuses into maps: the cold start's main CPU cost. Nil lists them
-	// with Dynamic (as unit tests with a fake dynamic client do).
+	// with Dynamic (as unit tests with a fake dynamic client do). It also
+	// lists Promotions as a table of their metadata, stage and phase
+	// (promotionwatch.go); without it they are listed whole, page by page.
 	StageClient rest.Interface
 	// Kube sends Events.
 	Kube kubernetes.Interface
@@ -65,12 +67,11 @@ type Config struct {
 	Recorder record.EventRecorder
 	// Clock is the time source (default: the real clock).
 	Clock clock.WithTicker
-	// Resync is how often StagePauses and Promotions are resynced (default
-	// 10m): a failed gate-bypass report is retried then. Stages are not
-	// resynced as a whole: at 10,000 Stages that is a burst of 10,000 syncs
-	// that every reaction waits behind; each time-based transition asks for
-	// its own requeue, and a key dropped after its retries is tried again
-	// after droppedRetryAfter.
+	// Resync is how often StagePauses and unfinished Promotions are
+	// resynced (default 10m). Stages are not resynced as a whole: at 10,000
+	// Stages that is a burst of 10,000 syncs that every reaction waits
+	// behind; each time-based transition asks for its own requeue, and a key
+	// dropped after its retries is tried again after droppedRetryAfter.
 	Resync time.Duration
 	// StatusMissingAfter is how old a Stage without status must be before
 	// that is reported: a brand-new Stage has none until Kargo reconciles
@@ -98,8 +99,10 @@ type Controller struct {
 	// selectors are the label selectors of this operator's shard.
 	selectors []string
 	// Informers by namespace; the key "" holds an all-namespaces informer.
-	stageInformers     map[string]cache.SharedIndexInformer
-	promotionInformers map[string]cache.SharedIndexInformer
+	// A namespace's Stages are the union of its Stage informers, one per
+	// selector (see stageInformersFor).
+	stageInformers     map[string][]cache.SharedIndexInformer
+	promotionsInFlight map[string][]cache.SharedIndexInformer // unfinished Promotions, per selector (promotionwatch.go)
 	pauseInformers     map[string]cache.SharedIndexInformer
 	informers          []cache.SharedIndexInformer
 	caches             []watchedCache
@@ -113,9 +116,6 @@ type workQueues struct {
 	stages queue.Queue // Stages to sync
 	pauses queue.Queue // StagePauses whose status needs a look
 }
-
-// promotionsByStage indexes Promotions by namespace and spec.stage.
-const promotionsByStage = "stage"
 
 // maxRetries bounds the retries of a failing Stage before its key is
 // dropped (after about 100 s of backoff), to be tried again after
@@ -151,8 +151,8 @@ func New(cfg Config) (*Controller, error) {
 		memos:              newMemos(),
 		selectors:          shardSelectors(cfg.Shard, cfg.DefaultShard),
 		bypass:             newBypassWatch(),
-		stageInformers:     map[string]cache.SharedIndexInformer{},
-		promotionInformers: map[string]cache.SharedIndexInformer{},
+		stageInformers:     map[string][]cache.SharedIndexInformer{},
+		promotionsInFlight: map[string][]cache.SharedIndexInformer{},
 		pauseInformers:     map[string]cache.SharedIndexInformer{},
 	}
 	namespaces := cfg.Namespaces
@@ -165,6 +165,7 @@ func New(cfg Config) (*Controller, error) {
 		}
 	}
 	cfg.Metrics.ObserveStages(phaseNames, newStageStates(c).all)
+	cfg.Metrics.ObservePromotionsCached(c.promotionsCached)
 	return c, nil
 }
 
@@ -177,40 +178,26 @@ func (c *Controller) watchNamespace(ns string) error {
 	return nil
 }
 
-// watchStages makes the Stage informer of ns.
+// watchStages makes the Stage informers of ns, one per shard selector. A
+// Stage whose shard label changes leaves its informer's selection: the API
+// server sends that informer a delete, and the Stage's sync then finds it
+// gone from this operator's caches and forgets it without a write, while
+// the operator of its new shard is told of it as added.
 func (c *Controller) watchStages(ns string) error {
-	stages := c.stageInformer(ns)
-	if err := c.prepare(kargo.StagesResource, ns, stages, kargo.TransformStage); err != nil {
-		return err
+	for _, selector := range c.selectors {
+		stages := c.stageInformer(ns, selector)
+		if err := c.prepareSelected(kargo.StagesResource, ns, selector, stages, kargo.TransformStage); err != nil {
+			return err
+		}
+		if _, err := stages.AddEventHandler(cache.ResourceEventHandlerFuncs{
+			AddFunc:    func(obj any) { c.enqueueStage(obj); c.enqueuePausesOf(obj) },
+			UpdateFunc: c.updateStage,
+			DeleteFunc: func(obj any) { c.enqueueStage(obj); c.enqueuePausesOf(obj) },
+		}); err != nil {
+			return fmt.Errorf("adding an event handler: %w", err)
+		}
+		c.stageInformers[ns] = append(c.stageInformers[ns], stages)
 	}
-	if _, err := stages.AddEventHandler(cache.ResourceEventHandlerFuncs{
-		AddFunc:    func(obj any) { c.enqueueStage(obj); c.enqueuePausesOf(obj) },
-		UpdateFunc: c.updateStage,
-		DeleteFunc: func(obj any) { c.enqueueStage(obj); c.enqueuePausesOf(obj) },
-	}); err != nil {
-		return fmt.Errorf("adding an event handler: %w", err)
-	}
-	c.stageInformers[ns] = stages
-	return nil
-}
-
-// watchPromotions makes the Promotion informer of ns, indexed by Stage.
-func (c *Controller) watchPromotions(ns string) error {
-	promotions := c.dynamicInformer(kargo.PromotionsResource, ns, c.cfg.Resync)
-	if err := c.prepare(kargo.PromotionsResource, ns, promotions, kargo.TransformPromotion); err != nil {
-		return err
-	}
-	if err := promotions.AddIndexers(cache.Indexers{promotionsByStage: promotionStageIndex}); err != nil {
-		return fmt.Errorf("promotion index: %w", err)
-	}
-	if _, err := promotions.AddEventHandler(cache.ResourceEventHandlerFuncs{
-		AddFunc:    c.enqueuePromotionStage,
-		UpdateFunc: c.updatePromotion,
-		DeleteFunc: c.enqueuePromotionStage,
-	}); err != nil {
-		return fmt.Errorf("adding an event handler: %w", err)
-	}
-	c.promotionInformers[ns] = promotions
 	return nil
 }
 
@@ -234,22 +221,21 @@ func (c *Controller) watchPauses(ns string) error {
 // prepare sets an informer's transform and watch error handler, and counts
 // it among the caches whose sync and watch the readiness reports.
 func (c *Controller) prepare(gvr schema.GroupVersionResource, ns string, inf cache.SharedIndexInformer, transform cache.TransformFunc) error {
+	return c.prepareSelected(gvr, ns, "", inf, transform)
+}
+
+// prepareSelected is prepare for an informer of the objects matching a
+// label selector: each selector's cache is named apart in the readiness.
+func (c *Controller) prepareSelected(gvr schema.GroupVersionResource, ns, selector string, inf cache.SharedIndexInformer, transform cache.TransformFunc) error {
+	name := selectedCacheName(gvr, ns, selector)
 	if err := inf.SetTransform(transform); err != nil {
 		return fmt.Errorf("setting an informer transform: %w", err)
 	}
-	if err := inf.SetWatchErrorHandlerWithContext(c.watchErrorHandler(gvr, ns)); err != nil {
+	if err := inf.SetWatchErrorHandlerWithContext(c.watchErrorHandler(gvr, ns, name)); err != nil {
 		return fmt.Errorf("setting an informer's watch error handler: %w", err)
 	}
-	c.caches = append(c.caches, watchedCache{name: cacheName(gvr, ns), synced: inf.HasSynced})
+	c.caches = append(c.caches, watchedCache{name: name, synced: inf.HasSynced})
 	return nil
-}
-
-func promotionStageIndex(obj any) ([]string, error) {
-	p, ok := obj.(*kargo.Promotion)
-	if !ok || p.Stage == "" {
-		return nil, nil
-	}
-	return []string{p.Namespace + "/" + p.Stage}, nil
 }
 
 // informerFor picks the informer serving namespace ns.
@@ -258,6 +244,15 @@ func (c *Controller) informerFor(m map[string]cache.SharedIndexInformer, ns stri
 		return inf
 	}
 	return m[metav1.NamespaceAll]
+}
+
+// stageInformersFor picks the Stage informers serving namespace ns, one per
+// shard selector.
+func (c *Controller) stageInformersFor(ns string) []cache.SharedIndexInformer {
+	if infs, ok := c.stageInformers[ns]; ok {
+		return infs
+	}
+	return c.stageInformers[metav1.NamespaceAll]
 }
 
 // Run starts the informers and the workers, and blocks until ctx is done.
@@ -281,6 +276,7 @@ func (c *Controller) Start(ctx context.Context) error {
 		go func() { <-ctx.Done(); broadcaster.Shutdown() }()
 		c.recorder = broadcaster.NewRecorder(scheme.Scheme, corev1.EventSource{Component: FieldManager})
 	}
+	c.bypass.stopWhen(ctx.Done())
 	for _, inf := range c.informers {
 		go inf.RunWithContext(ctx)
 	}
@@ -300,10 +296,12 @@ func (c *Controller) RunWorkers(ctx context.Context) {
 	c.memos.newTerm()
 	c.work.Store(w)
 	defer c.work.CompareAndSwap(w, nil)
-	for _, inf := range c.stageInformers {
-		for _, key := range inf.GetIndexer().ListKeys() {
-			if name, err := cache.ParseObjectName(key); err == nil {
-				w.stages.Add(name)
+	for _, infs := range c.stageInformers {
+		for _, inf := range infs {
+			for _, key := range inf.GetIndexer().ListKeys() {
+				if name, err := cache.ParseObjectName(key); err == nil {
+					w.stages.Add(name)
+				}
 			}
 		}
 	}
@@ -355,19 +353,22 @@ func (c *Controller) enqueuePauseStatus(key cache.ObjectName) {
 	}
 }
 
-// stageByKey reads a Stage from the informer cache of its namespace.
+// stageByKey reads a Stage from the informer caches of its namespace: not
+// found when none of this shard's caches holds it.
 func (c *Controller) stageByKey(key cache.ObjectName) (*kargo.Stage, bool, error) {
-	inf := c.informerFor(c.stageInformers, key.Namespace)
-	if inf == nil {
-		return nil, false, nil
+	for _, inf := range c.stageInformersFor(key.Namespace) {
+		obj, exists, err := inf.GetIndexer().GetByKey(key.String())
+		if err != nil {
+			return nil, false, err
+		}
+		if !exists {
+			continue
+		}
+		s, ok := obj.(*kargo.Stage)
+		if !ok {
+			return nil, false, fmt.Errorf("cache holds %T for Stage %s", obj, key)
+		}
+		return s, true, nil
 	}
-	obj, exists, err := inf.GetIndexer().GetByKey(key.String())
-	if err != nil || !exists {
-		return nil, false, err
-	}
-	s, ok := obj.(*kargo.Stage)
-	if !ok {
-		return nil, false, fmt.Errorf("cache holds %T for Stage %s", obj, key)
-	}
-	return s, true, nil
+	return nil, false, nil
 }

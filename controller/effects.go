@@ -154,20 +154,19 @@ func abortAsked(p *kargo.Promotion) bool {
 	return asked
 }
 
-// cachedPromotions lists the Promotions the cache holds for the Stage.
+// cachedPromotions lists the unfinished Promotions the caches hold for the
+// Stage (finished ones are never cached: promotionwatch.go).
 func (c *Controller) cachedPromotions(stage *kargo.Stage) []*kargo.Promotion {
-	inf := c.informerFor(c.promotionInformers, stage.Namespace)
-	if inf == nil {
-		return nil
-	}
-	cached, err := inf.GetIndexer().ByIndex(promotionsByStage, stage.Namespace+"/"+stage.Name)
-	if err != nil {
-		return nil // the index exists from the start: no error to tell
-	}
-	out := make([]*kargo.Promotion, 0, len(cached))
-	for _, o := range cached {
-		if p, ok := o.(*kargo.Promotion); ok {
-			out = append(out, p)
+	var out []*kargo.Promotion
+	for _, inf := range c.promotionInformersFor(stage.Namespace) {
+		cached, err := inf.GetIndexer().ByIndex(promotionsByStage, stage.Namespace+"/"+stage.Name)
+		if err != nil {
+			continue // the index exists from the start: no error to tell
+		}
+		for _, o := range cached {
+			if p, ok := o.(*kargo.Promotion); ok {
+				out = append(out, p)
+			}
 		}
 	}
 	return out

@@ -42,9 +42,12 @@ const ReasonGateBypassed = "GateBypassed"
 // that (the operator was down for its first bypassHorizon) is not reported;
 // the next bypass will be.
 //
-// Why not "only Promotions not yet terminal": a restarted operator would warn
-// again for a bypass still Pending or Running, and would never report one
-// that Kargo finished while the operator was down (promotions take seconds).
+// Every Promotion the Promotion watch sees is judged, finished or not
+// (promotionwatch.go): each row of its list, which after a restart shows
+// what was made while the operator was down (promotions take seconds, so
+// such a bypass has usually finished), and each event after it. Only the
+// unfinished ones are kept in the cache; the once-only Event, not the cache,
+// keeps a Promotion from being reported twice.
 //
 // Every replica judges (the informers run on standbys too), so a bypass
 // made while no replica led is not missed; the Event's name keeps it one.
@@ -56,9 +59,11 @@ const ReasonGateBypassed = "GateBypassed"
 // operator and the API server.
 const bypassHorizon = 50 * time.Minute
 
-// bypassSyncWait bounds how long a Promotion seen before the caches synced
-// waits for them: a judgement needs every pause of the project.
-const bypassSyncWait = time.Minute
+// bypassRetryAfter is how long a report that failed (the API server refused
+// the Event) waits before it is tried again. A finished Promotion is not
+// cached, so no later event of its own would bring it back; retries end
+// when it is older than bypassHorizon.
+const bypassRetryAfter = time.Minute
 
 // bypassWatch is one Controller's gate-bypass state: a FIFO of Promotions to
 // judge off the informer's goroutine (a report is an API call), and the
@@ -69,16 +74,42 @@ type bypassWatch struct {
 	queued   map[types.UID]bool
 	queue    []*kargo.Promotion
 	running  bool
+	// stop is closed when the Controller stops (Start's context): no
+	// judgement waits, and no retry runs, past it.
+	stop <-chan struct{}
+	// retryAfter is bypassRetryAfter (shorter in tests).
+	retryAfter time.Duration
 }
 
 func newBypassWatch() *bypassWatch {
-	return &bypassWatch{reported: map[types.UID]time.Time{}, queued: map[types.UID]bool{}}
+	return &bypassWatch{reported: map[types.UID]time.Time{}, queued: map[types.UID]bool{}, retryAfter: bypassRetryAfter}
 }
 
-// watchGateBypass is called with every Promotion the informer delivers. It
-// never blocks on the API server: most Promotions are judged here from the
-// caches and dismissed; a bypass, or a Promotion delivered before the
-// caches synced, goes to a goroutine that reports it.
+// stopWhen ends the judgements and their retries when done is closed.
+func (w *bypassWatch) stopWhen(done <-chan struct{}) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.stop = done
+}
+
+// stopped reports whether the Controller has stopped (never, before
+// stopWhen).
+func (w *bypassWatch) stopped() bool {
+	w.mu.Lock()
+	done := w.stop
+	w.mu.Unlock()
+	select {
+	case <-done:
+		return true
+	default:
+		return false
+	}
+}
+
+// watchGateBypass is called with every Promotion the Promotion watch sees.
+// It never blocks on the API server: most Promotions are judged here from
+// the caches and dismissed; a bypass, or a Promotion seen before the caches
+// synced, goes to a goroutine that reports it.
 func (c *Controller) watchGateBypass(obj any) {
 	p, ok := obj.(*kargo.Promotion)
 	// A --dry-run shadow reports nothing here: it would take the real
@@ -164,22 +195,31 @@ func (c *Controller) runBypassWatch(w *bypassWatch) {
 		}
 		w.mu.Unlock()
 		if err != nil {
-			// The next event of the Promotion, at the latest the informer's
-			// resync, tries again.
-			logger.Error(err, "Could not report a bypassed pause gate", "promotion", klog.KObj(p))
+			logger.Error(err, "Could not report a bypassed pause gate; trying again", "promotion", klog.KObj(p), "after", w.retryAfter)
+			c.retryGateBypass(p)
 		}
 	}
 }
 
-// judgeGateBypass reports p if pauses covered its Stage when it was
-// created, and marks it reported.
-func (c *Controller) judgeGateBypass(logger klog.Logger, p *kargo.Promotion) error {
-	// Real time, not c.clock: a fake clock must not move by this wait.
-	deadline := time.Now().Add(bypassSyncWait)
-	for !c.HasSynced() {
-		if time.Now().After(deadline) {
-			return fmt.Errorf("caches not synced after %v", bypassSyncWait)
+// retryGateBypass judges p again after bypassRetryAfter (real time, as the
+// API server's answer is), unless the Controller has stopped by then.
+func (c *Controller) retryGateBypass(p *kargo.Promotion) {
+	time.AfterFunc(c.bypass.retryAfter, func() {
+		if !c.bypass.stopped() {
+			c.watchGateBypass(p)
 		}
+	})
+}
+
+// judgeGateBypass reports p if pauses covered its Stage when it was
+// created, and marks it reported. It first waits for the caches, however
+// long a cold start takes: a judgement needs every pause of the project.
+func (c *Controller) judgeGateBypass(logger klog.Logger, p *kargo.Promotion) error {
+	for !c.HasSynced() {
+		if c.bypass.stopped() {
+			return nil
+		}
+		// Real time, not c.clock: a fake clock must not move by this wait.
 		time.Sleep(50 * time.Millisecond)
 	}
 	pauses := c.pausesCovering(p)

@@ -2,6 +2,7 @@ package controller
 
 import (
 	"context"
+	"errors"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -9,10 +10,13 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
+	kubefake "k8s.io/client-go/kubernetes/fake"
 	k8stesting "k8s.io/client-go/testing"
+	"k8s.io/client-go/tools/record"
 	"k8s.io/klog/v2/ktesting"
 
 	"github.com/kargo-latch/kargo-latch/api/v1alpha1"
@@ -131,8 +135,11 @@ func gateBypassEvents(t *testing.T, f *fixture) []corev1.Event {
 	return out
 }
 
-func counter(t *testing.T, reg *prometheus.Registry, name string, labels map[string]string) float64 {
+// bypassCount sums kargo_latch_gate_bypassed_total over the series with
+// these labels.
+func bypassCount(t *testing.T, reg *prometheus.Registry, labels map[string]string) float64 {
 	t.Helper()
+	const name = "kargo_latch_gate_bypassed_total"
 	mfs, err := reg.Gather()
 	if err != nil {
 		t.Fatal(err)
@@ -178,7 +185,7 @@ func TestGateBypassWarnsOncePerPromotion(t *testing.T) {
 
 	labels := map[string]string{metrics.LabelProject: "shop", metrics.LabelStage: "prod"}
 	waitUntil(t, func() bool { return len(gateBypassEvents(t, f)) >= 2 })
-	waitUntil(t, func() bool { return counter(t, f.reg, "kargo_latch_gate_bypassed_total", labels) >= 2 })
+	waitUntil(t, func() bool { return bypassCount(t, f.reg, labels) >= 2 })
 	evs := gateBypassEvents(t, f)
 	if len(evs) != 2 {
 		t.Errorf("%d GateBypassed Events, want 2", len(evs))
@@ -196,7 +203,7 @@ func TestGateBypassWarnsOncePerPromotion(t *testing.T) {
 	if !related["bypass"] || !related["controller"] {
 		t.Errorf("Events about %v, want bypass and controller", related)
 	}
-	if got := counter(t, f.reg, "kargo_latch_gate_bypassed_total", labels); got != 2 {
+	if got := bypassCount(t, f.reg, labels); got != 2 {
 		t.Errorf("gate_bypassed_total = %v, want 2", got)
 	}
 
@@ -233,7 +240,62 @@ func TestGateBypassWarnsOncePerPromotion(t *testing.T) {
 	if n := len(gateBypassEvents(t, f)); n != 2 {
 		t.Errorf("%d GateBypassed Events after a restart, want still 2", n)
 	}
-	if got := counter(t, reg, "kargo_latch_gate_bypassed_total", labels); got != 0 {
+	if got := bypassCount(t, reg, labels); got != 0 {
 		t.Errorf("the restarted operator counted %v bypasses, want 0", got)
+	}
+}
+
+// TestRefusedGateBypassReportIsRetried: the API server refuses the first
+// GateBypassed Event of each bypass (a finished one, which no later event
+// of its own brings back, and an unfinished one). Each is reported once
+// Events can be written, and counted once.
+func TestRefusedGateBypassReportIsRetried(t *testing.T) {
+	objs := bypassObjects(time.Now())
+	runtimeObjs := make([]runtime.Object, 0, len(objs))
+	for _, o := range objs {
+		if o.GetKind() == "Promotion" && o.GetName() == "bypass" {
+			o.Object["status"] = map[string]any{"phase": "Succeeded"}
+		}
+		runtimeObjs = append(runtimeObjs, o)
+	}
+	client := newFakeDynamic(runtimeObjs...)
+	kube := kubefake.NewClientset()
+	var refused atomic.Int64
+	kube.PrependReactor("create", "events", func(a k8stesting.Action) (bool, runtime.Object, error) {
+		if e, ok := a.(k8stesting.CreateAction).GetObject().(*corev1.Event); ok && e.Reason == ReasonGateBypassed && refused.Load() < 2 {
+			refused.Add(1)
+			return true, nil, apierrors.NewInternalError(errors.New("etcd is unwell"))
+		}
+		return false, nil, nil
+	})
+	reg := prometheus.NewRegistry()
+	c, err := New(Config{Dynamic: client, Kube: kube, Recorder: record.NewFakeRecorder(100), Metrics: metrics.New(reg, "test")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.bypass.retryAfter = 20 * time.Millisecond
+	_, ctx := ktesting.NewTestContext(t)
+	ctx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() { defer close(done); _ = c.Run(ctx) }()
+	defer func() { cancel(); <-done }()
+
+	labels := map[string]string{metrics.LabelProject: "shop", metrics.LabelStage: "prod"}
+	waitUntil(t, func() bool { return bypassCount(t, reg, labels) == 2 })
+	if n := refused.Load(); n != 2 {
+		t.Errorf("%d reports refused, want the first 2", n)
+	}
+	list, err := kube.CoreV1().Events("shop").List(context.Background(), metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	related := map[string]int{}
+	for _, e := range list.Items {
+		if e.Reason == ReasonGateBypassed {
+			related[e.Related.Name]++
+		}
+	}
+	if len(related) != 2 || related["bypass"] != 1 || related["controller"] != 1 {
+		t.Errorf("GateBypassed Events %v, want one for each bypass", related)
 	}
 }

@@ -36,10 +36,10 @@ func sameView(a, b *kargo.Stage) bool {
 }
 
 // updatePromotion enqueues the Promotion's Stage on a change. A resync (the
-// informer hands the cached object as both old and new) only retries a
-// gate-bypass report that failed: resyncing every Promotion's Stage would
-// sync every Stage in a burst each Resync, delaying every reaction behind
-// it.
+// informer hands the cached object as both old and new; only unfinished
+// Promotions are cached) only looks again for a gate bypass: resyncing
+// every cached Promotion's Stage would sync every busy Stage in a burst
+// each Resync, delaying every reaction behind it.
 func (c *Controller) updatePromotion(oldObj, newObj any) {
 	if oldObj == newObj {
 		c.watchGateBypass(newObj)
@@ -48,7 +48,9 @@ func (c *Controller) updatePromotion(oldObj, newObj any) {
 	c.enqueuePromotionStage(newObj)
 }
 
-// enqueuePromotionStage enqueues the Stage a Promotion is for. A Promotion
+// enqueuePromotionStage enqueues the Stage a Promotion is for: on its
+// creation, and when it ends or goes (it then leaves the cache of
+// unfinished Promotions as a delete: promotionwatch.go). A Promotion
 // without spec.stage (Kargo's schema requires one) concerns no Stage.
 // Before that, it looks whether the Promotion passed a pause gate that
 // should have stopped it (gatebypass.go): a sync of the Stage that follows

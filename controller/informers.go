@@ -6,6 +6,7 @@ import (
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/watch"
@@ -14,16 +15,19 @@ import (
 	"github.com/kargo-latch/kargo-latch/kargo"
 )
 
-// newInformer makes the informer of gvr in namespace ns (all when empty),
-// listing and watching through lw; client is the client lw uses (the
-// reflector asks it whether it can stream a watch's initial list).
+// newSelectedInformer makes the informer of the objects of gvr in
+// namespace ns (all when empty) matching a label selector (all when
+// empty), listing and watching through lw, to which the API server applies
+// the selector; client is the client lw uses (the reflector asks it
+// whether it can stream a watch's initial list).
 //
 // An informer whose watch is refused still syncs from its list, then never
 // sees a change. Its watch error is recorded (cachesync.go) and a watch that
 // opens clears it, so the readiness tells a cache that has stopped
 // following the API server from one that only had a bad moment.
-func (c *Controller) newInformer(gvr schema.GroupVersionResource, ns string, lw *cache.ListWatch, client any, example runtime.Object, resync time.Duration) cache.SharedIndexInformer {
-	name := cacheName(gvr, ns)
+func (c *Controller) newSelectedInformer(gvr schema.GroupVersionResource, ns, selector string, lw *cache.ListWatch, client any, example runtime.Object, resync time.Duration) cache.SharedIndexInformer {
+	name := selectedCacheName(gvr, ns, selector)
+	lw = selecting(lw, selector)
 	open := lw.WatchFuncWithContext // every ListWatch here sets it
 	lw.WatchFuncWithContext = func(ctx context.Context, opts metav1.ListOptions) (watch.Interface, error) {
 		w, err := open(ctx, opts)
@@ -42,19 +46,25 @@ func (c *Controller) newInformer(gvr schema.GroupVersionResource, ns string, lw 
 	return inf
 }
 
-// stageInformer watches the Stages of ns through StageClient, straight into
-// their mirror, when there is one, else through the dynamic client. It never
-// resyncs (see Config.Resync).
-func (c *Controller) stageInformer(ns string) cache.SharedIndexInformer {
+// stageInformer watches the Stages of ns that match a shard selector
+// through StageClient, straight into their mirror, when there is one, else
+// through the dynamic client. It never resyncs (see Config.Resync).
+func (c *Controller) stageInformer(ns, selector string) cache.SharedIndexInformer {
 	if c.cfg.StageClient == nil {
-		return c.dynamicInformer(kargo.StagesResource, ns, 0)
+		return c.selectedDynamicInformer(kargo.StagesResource, ns, selector, 0)
 	}
-	return c.newInformer(kargo.StagesResource, ns, kargo.StageListWatch(c.cfg.StageClient, ns), c.cfg.StageClient, &kargo.Stage{}, 0)
+	return c.newSelectedInformer(kargo.StagesResource, ns, selector, kargo.StageListWatch(c.cfg.StageClient, ns), c.cfg.StageClient, &kargo.Stage{}, 0)
 }
 
 // dynamicInformer watches gvr in ns through the dynamic client, as
 // client-go's dynamic informer does.
 func (c *Controller) dynamicInformer(gvr schema.GroupVersionResource, ns string, resync time.Duration) cache.SharedIndexInformer {
+	return c.selectedDynamicInformer(gvr, ns, "", resync)
+}
+
+// selectedDynamicInformer is dynamicInformer for the objects matching a
+// label selector (all when empty).
+func (c *Controller) selectedDynamicInformer(gvr schema.GroupVersionResource, ns, selector string, resync time.Duration) cache.SharedIndexInformer {
 	resource := c.cfg.Dynamic.Resource(gvr).Namespace(ns)
 	lw := &cache.ListWatch{
 		ListWithContextFunc: func(ctx context.Context, opts metav1.ListOptions) (runtime.Object, error) {
@@ -64,5 +74,38 @@ func (c *Controller) dynamicInformer(gvr schema.GroupVersionResource, ns string,
 			return resource.Watch(ctx, opts)
 		},
 	}
-	return c.newInformer(gvr, ns, lw, c.cfg.Dynamic, &unstructured.Unstructured{}, resync)
+	return c.newSelectedInformer(gvr, ns, selector, lw, c.cfg.Dynamic, &unstructured.Unstructured{}, resync)
+}
+
+// selecting makes every list and watch of lw ask the API server only for
+// the objects matching a label selector; lw as it is when the selector is
+// empty (everything). The server filters, so an object of another shard is
+// neither sent nor cached, and one that stops matching is a delete.
+func selecting(lw *cache.ListWatch, selector string) *cache.ListWatch {
+	if selector == "" {
+		return lw
+	}
+	list, watchFn := lw.ListWithContextFunc, lw.WatchFuncWithContext
+	return &cache.ListWatch{
+		ListWithContextFunc: func(ctx context.Context, opts metav1.ListOptions) (runtime.Object, error) {
+			opts.LabelSelector = selector
+			return list(ctx, opts)
+		},
+		WatchFuncWithContext: func(ctx context.Context, opts metav1.ListOptions) (watch.Interface, error) {
+			opts.LabelSelector = selector
+			return watchFn(ctx, opts)
+		},
+	}
+}
+
+// servesLabels reports whether an object with these labels is this
+// operator's, by its shard selectors: for an object read live, which no
+// selector filtered.
+func (c *Controller) servesLabels(set map[string]string) bool {
+	for _, s := range c.selectors {
+		if sel, err := labels.Parse(s); err == nil && sel.Matches(labels.Set(set)) {
+			return true
+		}
+	}
+	return false
 }

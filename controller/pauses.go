@@ -2,20 +2,14 @@ package controller
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"slices"
 	"strings"
-	"time"
 
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/cache"
-	"k8s.io/klog/v2"
 
 	"github.com/kargo-latch/kargo-latch/api/v1alpha1"
 	"github.com/kargo-latch/kargo-latch/kargo"
@@ -39,8 +33,37 @@ func (c *Controller) pausesIn(ns string) []*v1alpha1.StagePause {
 	return cachedIn[*v1alpha1.StagePause](c.informerFor(c.pauseInformers, ns), ns)
 }
 
+// stagesIn lists the cached Stages of a namespace: the union of this
+// shard's caches, each Stage once (one moving between the two shards of an
+// operator that serves both may be in both caches a moment).
 func (c *Controller) stagesIn(ns string) []*kargo.Stage {
-	return cachedIn[*kargo.Stage](c.informerFor(c.stageInformers, ns), ns)
+	infs := c.stageInformersFor(ns)
+	if len(infs) == 1 {
+		return cachedIn[*kargo.Stage](infs[0], ns)
+	}
+	var out []*kargo.Stage
+	seen := map[string]bool{}
+	for _, inf := range infs {
+		for _, s := range cachedIn[*kargo.Stage](inf, ns) {
+			if !seen[s.Name] {
+				seen[s.Name] = true
+				out = append(out, s)
+			}
+		}
+	}
+	return out
+}
+
+// stageNamespaces lists the namespaces of the cached Stages, sorted.
+func (c *Controller) stageNamespaces() []string {
+	var out []string
+	for _, infs := range c.stageInformers {
+		for _, inf := range infs {
+			out = append(out, inf.GetIndexer().ListIndexFuncValues(cache.NamespaceIndex)...)
+		}
+	}
+	slices.Sort(out)
+	return slices.Compact(out)
 }
 
 // cachedIn lists the cached objects of one namespace.
@@ -146,81 +169,4 @@ func (c *Controller) enqueuePausesOf(obj any) {
 			c.enqueuePauseStatus(cache.NewObjectName(p.Namespace, p.Name))
 		}
 	}
-}
-
-// syncPauseStatus keeps a StagePause's status (since, stages, the Active
-// condition) true to the Stages that exist now. status.drained is written
-// when the pause takes effect (see drain).
-func (c *Controller) syncPauseStatus(ctx context.Context, key cache.ObjectName) (time.Duration, error) {
-	inf := c.informerFor(c.pauseInformers, key.Namespace)
-	if inf == nil {
-		return 0, nil
-	}
-	obj, exists, err := inf.GetIndexer().GetByKey(key.String())
-	if err != nil || !exists {
-		return 0, err
-	}
-	p, ok := obj.(*v1alpha1.StagePause)
-	if !ok {
-		return 0, nil
-	}
-	if p.DeletionTimestamp != nil {
-		if p.HeldForResume() {
-			return 0, c.releaseOrphan(ctx, p)
-		}
-		return 0, nil
-	}
-	var covered int32
-	for _, s := range c.stagesIn(p.Namespace) {
-		if p.Covers(s.Name) {
-			covered++
-		}
-	}
-	want := p.Status.DeepCopy()
-	want.Stages = covered
-	if want.Since == nil {
-		since := p.CreationTimestamp
-		want.Since = &since
-	}
-	cond := metav1.Condition{Type: v1alpha1.ConditionActive, Status: metav1.ConditionTrue, Reason: "Covering",
-		Message: fmt.Sprintf("pauses %d Stage(s)", covered), ObservedGeneration: p.Generation}
-	if covered == 0 {
-		cond.Status, cond.Reason = metav1.ConditionFalse, "StageNotFound"
-		cond.Message = fmt.Sprintf("no Stage %q in namespace %s yet; the pause applies as soon as one appears", p.Spec.Stage, p.Namespace)
-	}
-	meta.SetStatusCondition(&want.Conditions, cond)
-	if statusEqual(&p.Status, want) || c.cfg.DryRun {
-		return 0, nil
-	}
-	body, err := json.Marshal(map[string]any{"status": map[string]any{
-		"since": want.Since, "stages": want.Stages, "conditions": want.Conditions,
-	}})
-	if err != nil {
-		return 0, err
-	}
-	_, err = c.cfg.Dynamic.Resource(v1alpha1.StagePausesResource).Namespace(p.Namespace).
-		Patch(ctx, p.Name, types.MergePatchType, body, metav1.PatchOptions{FieldManager: FieldManager}, "status")
-	if apierrors.IsNotFound(err) {
-		return 0, nil
-	}
-	if err == nil {
-		klog.FromContext(ctx).V(2).Info("Updated StagePause status", "pause", klog.KRef(p.Namespace, p.Name), "stages", covered)
-	}
-	return 0, err
-}
-
-func statusEqual(a, b *v1alpha1.StagePauseStatus) bool {
-	if a.Stages != b.Stages || (a.Since == nil) != (b.Since == nil) || len(a.Conditions) != len(b.Conditions) {
-		return false
-	}
-	if a.Since != nil && !a.Since.Equal(b.Since) {
-		return false
-	}
-	for i := range a.Conditions {
-		x, y := a.Conditions[i], b.Conditions[i]
-		if x.Type != y.Type || x.Status != y.Status || x.Reason != y.Reason || x.Message != y.Message || x.ObservedGeneration != y.ObservedGeneration {
-			return false
-		}
-	}
-	return true
 }

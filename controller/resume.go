@@ -81,11 +81,22 @@ func (c *Controller) release(ctx context.Context, p *v1alpha1.StagePause) error 
 }
 
 // releaseOrphan releases a held pause whose Stage is gone (deleted, or made
-// again under the same name): no record will ever name it.
+// again under the same name): no record will ever name it. A sharded
+// operator's caches hold only its shard's Stages, so it asks the API
+// server before: a Stage of another shard is its operator's to release.
 func (c *Controller) releaseOrphan(ctx context.Context, p *v1alpha1.StagePause) error {
 	for _, s := range c.stagesIn(p.Namespace) {
 		if p.Covers(s.Name) && ownedBy(p, s) {
 			return nil // the Stage's own sync releases it
+		}
+	}
+	if ShardKey(c.cfg.Shard, c.cfg.DefaultShard) != "" {
+		u, err := c.cfg.Dynamic.Resource(kargo.StagesResource).Namespace(p.Namespace).Get(ctx, p.Spec.Stage, metav1.GetOptions{})
+		switch {
+		case err == nil && ownedBy(p, kargo.StageFromUnstructured(u)):
+			return nil
+		case err != nil && !apierrors.IsNotFound(err):
+			return fmt.Errorf("reading the Stage of deleted StagePause %s: %w", p.Name, err)
 		}
 	}
 	return c.releasePauses(ctx, []*v1alpha1.StagePause{p})

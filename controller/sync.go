@@ -174,7 +174,9 @@ func (c *Controller) observe(stage *kargo.Stage, m *memo, pauses []*v1alpha1.Sta
 	return obs
 }
 
-// liveStage reads a Stage from the API server; nil when it is gone.
+// liveStage reads a Stage from the API server; nil when it is gone, or has
+// left this operator's shard (its label changed, and the cache has not
+// heard yet): the operator of its new shard judges it.
 func (c *Controller) liveStage(ctx context.Context, key cache.ObjectName) (*kargo.Stage, error) {
 	u, err := c.cfg.Dynamic.Resource(kargo.StagesResource).Namespace(key.Namespace).Get(ctx, key.Name, metav1.GetOptions{})
 	if apierrors.IsNotFound(err) {
@@ -182,6 +184,10 @@ func (c *Controller) liveStage(ctx context.Context, key cache.ObjectName) (*karg
 	}
 	if err != nil {
 		return nil, err
+	}
+	if !c.servesLabels(u.GetLabels()) {
+		klog.FromContext(ctx).V(2).Info("Stage has left this shard; leaving it to its new shard's operator")
+		return nil, nil
 	}
 	return kargo.StageFromUnstructured(u), nil
 }

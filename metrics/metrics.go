@@ -5,6 +5,7 @@ package metrics
 
 import (
 	"runtime"
+	"sync/atomic"
 
 	"github.com/prometheus/client_golang/prometheus"
 )
@@ -32,6 +33,9 @@ type Recorder struct {
 
 	// stages exports stage_paused and stage_phase (see ObserveStages).
 	stages *stageGauges
+	// promotionsCached counts the cached Promotions for promotions_cached
+	// at scrape time (see ObservePromotionsCached); nil until then.
+	promotionsCached atomic.Pointer[func() int]
 }
 
 // Label names.
@@ -112,10 +116,26 @@ func New(reg prometheus.Registerer, version string) *Recorder {
 		}, []string{"version", "goversion"}),
 		stages: newStageGauges(),
 	}
-	reg.MustRegister(r.stages, r.PausesTotal, r.ResumesTotal, r.FailuresTotal, r.ProgressingIgnored, r.InvalidConfig, r.InvalidInput,
+	promotionsCached := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Namespace: Namespace, Name: "promotions_cached",
+		Help: "Promotions held in the operator's caches: the unfinished ones (Pending or Running) of the Stages it serves. Finished Promotions are never kept.",
+	}, func() float64 {
+		if count := r.promotionsCached.Load(); count != nil {
+			return float64((*count)())
+		}
+		return 0
+	})
+	reg.MustRegister(r.stages, promotionsCached, r.PausesTotal, r.ResumesTotal, r.FailuresTotal, r.ProgressingIgnored, r.InvalidConfig, r.InvalidInput,
 		r.FreightVerified, r.MarkVerifiedErrors, r.GateBypassed, r.ReconcileErrors, r.WriteConflicts, r.CacheSynced, r.ReconcileDuration, r.TimeToLatch, r.BuildInfo)
 	r.BuildInfo.WithLabelValues(version, runtime.Version()).Set(1)
 	return r
+}
+
+// ObservePromotionsCached makes kargo_latch_promotions_cached report count,
+// called at each scrape. Until then it reports 0; a second call replaces
+// the first.
+func (r *Recorder) ObservePromotionsCached(count func() int) {
+	r.promotionsCached.Store(&count)
 }
 
 // ForgetStage removes the counters of a deleted Stage. Its gauges go by

@@ -33,6 +33,8 @@ var contract = map[string]string{
 	"kargo_latch_invalid_input_total": "COUNTER input,project,stage",
 	// Issue 11: the pause gate failed open (controller/gatebypass.go).
 	"kargo_latch_gate_bypassed_total": "COUNTER project,stage",
+	// Issue 13: the bound on the Promotion cache (controller/promotionwatch.go).
+	"kargo_latch_promotions_cached": "GAUGE ",
 }
 
 func TestMetricsMatchTheContract(t *testing.T) {
@@ -136,4 +138,33 @@ func labelNames(mf *dto.MetricFamily) string {
 	}
 	sort.Strings(names)
 	return strings.Join(names, ",")
+}
+
+// promotions_cached is read at each scrape from what the operator observes,
+// not set: it follows the caches between two scrapes without a write.
+func TestPromotionsCachedIsReadAtScrapeTime(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	r := New(reg, "test")
+	value := func() float64 {
+		t.Helper()
+		for _, mf := range gather(t, reg) {
+			if mf.GetName() == "kargo_latch_promotions_cached" {
+				return mf.GetMetric()[0].GetGauge().GetValue()
+			}
+		}
+		t.Fatal("kargo_latch_promotions_cached not exported")
+		return 0
+	}
+	if got := value(); got != 0 {
+		t.Errorf("before any observation: %v, want 0", got)
+	}
+	cached := 3
+	r.ObservePromotionsCached(func() int { return cached })
+	if got := value(); got != 3 {
+		t.Errorf("observed 3: %v", got)
+	}
+	cached = 1
+	if got := value(); got != 1 {
+		t.Errorf("after the cache shrank to 1: %v", got)
+	}
 }

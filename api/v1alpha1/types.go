@@ -6,6 +6,7 @@ package v1alpha1
 import (
 	"crypto/sha256"
 	"encoding/hex"
+	"maps"
 	"slices"
 	"strings"
 
@@ -93,8 +94,14 @@ type StagePauseStatus struct {
 	Since *metav1.Time `json:"since,omitempty"`
 	// Drained names the Promotions aborted when the pause took effect.
 	Drained []string `json:"drained,omitempty"`
-	// Stages is how many Stages the pause covers now.
+	// Stages is how many Stages the pause covers now: with shards, the sum
+	// of Shards.
 	Stages int32 `json:"stages"`
+	// Shards is how many Stages each shard's operator pauses now, by shard
+	// name ("default" for the operator of the Stages without a shard). Each
+	// sharded operator writes only its own key, and removes it at 0; an
+	// unsharded operator writes none.
+	Shards map[string]int32 `json:"shards,omitempty"`
 	// Conditions: Active says whether the pause covers any Stage now.
 	Conditions []metav1.Condition `json:"conditions,omitempty"`
 }
@@ -131,6 +138,9 @@ func (p *StagePause) DeepCopy() *StagePause {
 // DeepCopy returns a copy of s that shares no memory with it.
 func (s *StagePauseStatus) DeepCopy() *StagePauseStatus {
 	c := &StagePauseStatus{Stages: s.Stages, Drained: append([]string(nil), s.Drained...)}
+	if s.Shards != nil {
+		c.Shards = maps.Clone(s.Shards)
+	}
 	if s.Since != nil {
 		c.Since = s.Since.DeepCopy()
 	}

@@ -98,3 +98,18 @@ func TestStageLabelValueIsAlwaysAValidLabelValue(t *testing.T) {
 		t.Error("two long names share a label value")
 	}
 }
+
+// A copy's status.shards is its own: the controller changes the copy it
+// computes a status in, never the cached object.
+func TestDeepCopyKeepsShardsApart(t *testing.T) {
+	p := &StagePause{Status: StagePauseStatus{Stages: 3, Shards: map[string]int32{"a": 2, "default": 1}}}
+	c := p.DeepCopy()
+	c.Status.Shards["a"] = 5
+	delete(c.Status.Shards, "default")
+	if p.Status.Shards["a"] != 2 || p.Status.Shards["default"] != 1 {
+		t.Errorf("changing the copy changed the original's shards: %v", p.Status.Shards)
+	}
+	if (&StagePauseStatus{}).DeepCopy().Shards != nil {
+		t.Error("the copy of a status without shards has a map")
+	}
+}

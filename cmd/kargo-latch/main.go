@@ -16,6 +16,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
+	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/klog/v2"
@@ -37,6 +38,10 @@ type options struct {
 	burst      int
 	defaults   latch.Settings
 	dryRun     bool
+	// shard and defaultShard pick the Stages served, as Kargo's
+	// controllers pick theirs (controller.Config).
+	shard        string
+	defaultShard bool
 
 	metricsAddr      string
 	profiling        bool
@@ -95,14 +100,16 @@ func parseFlags(args []string) (*options, error) {
 	fs.BoolVar(&o.defaults.DrainOnPause, "drain-on-pause", true, "Default of kargo-latch.io/drain-on-pause: abort queued auto-promotions when a Stage is paused.")
 	fs.BoolVar(&o.defaults.MarkVerified, "mark-verified", false, "Default of kargo-latch.io/mark-verified: when a cycle latches, mark its Freight verified in the Stage so that it flows downstream (needs the mark-verified rights).")
 	fs.DurationVar(&o.defaults.NewFailureWindow, "new-failure-window", 15*time.Minute, "A Stage first seen without a record (made while no replica led: a failover, an upgrade) whose promotion failed this recently is judged as failing now; older failures (a first install) are only recorded. 0 judges none.")
-	fs.BoolVar(&o.dryRun, "dry-run", false, "Decide and report (Events, metrics, logs) but write nothing to Kargo objects. Its Lease is kargo-latch-dry-run unless --leader-election-id is given, so that it never takes the real operator's.")
+	fs.BoolVar(&o.dryRun, "dry-run", false, "Decide and report (Events, metrics, logs) but write nothing to Kargo objects. Its Lease is kargo-latch-dry-run (kargo-latch-dry-run-SHARD with --shard) unless --leader-election-id is given, so that it never takes the real operator's.")
 	fs.StringVar(&o.metricsAddr, "metrics-bind-address", ":8080", "Address serving /metrics; 0 turns it off.")
 	fs.BoolVar(&o.profiling, "profiling", false, "Serve Go's profiles (/debug/pprof/) beside /metrics, as Kubernetes' own components do with --profiling: for measuring memory and CPU, not for exposing to everyone who may scrape.")
 	fs.StringVar(&o.probeAddr, "health-probe-bind-address", ":8081", "Address serving /healthz and /readyz; 0 turns it off.")
 	fs.DurationVar(&o.cacheSyncTimeout, "cache-sync-timeout", 2*time.Minute, "How long to wait for the informer caches at start before giving up on a reported list or watch error (a missing CRD or RBAC right): the process exits non-zero with the reason, so that the Pod crash-loops visibly. Slow caches with no error are waited for. 0 waits forever.")
 	fs.BoolVar(&o.leaderElect, "leader-elect", false, "Elect a leader among replicas with a Lease; only the leader reconciles.")
 	fs.StringVar(&o.leaderNS, "leader-election-namespace", "", "Namespace of the Lease; the Pod's own namespace when empty (kargo-latch outside a Pod).")
-	fs.StringVar(&o.leaderID, "leader-election-id", "kargo-latch", "Name of the Lease.")
+	fs.StringVar(&o.leaderID, "leader-election-id", "kargo-latch", "Name of the Lease; kargo-latch-SHARD with --shard SHARD unless given.")
+	fs.StringVar(&o.shard, "shard", "", "Serve only the Stages (and their Promotions) labelled kargo.akuity.io/shard=SHARD, as the Kargo controller of that shard does. Run exactly one operator (one Deployment, its replicas sharing one Lease) per shard.")
+	fs.BoolVar(&o.defaultShard, "default-shard", false, "Serve the Stages without a kargo.akuity.io/shard label, as Kargo's default controller does; with --shard, those of that shard too. Exactly one operator should. Without --shard and --default-shard: every Stage.")
 	klog.InitFlags(fs)
 	if err := fs.Parse(args); err != nil {
 		return nil, err
@@ -110,8 +117,15 @@ func parseFlags(args []string) (*options, error) {
 	if fs.NArg() > 0 {
 		return nil, fmt.Errorf("unexpected arguments: %s", strings.Join(fs.Args(), " "))
 	}
-	if o.dryRun && !flagSet(fs, "leader-election-id") {
-		o.leaderID = dryRunLeaseName
+	if err := validateShard(o.shard); err != nil {
+		return nil, err
+	}
+	if !flagSet(fs, "leader-election-id") {
+		o.leaderID = leaseName(o.dryRun, o.shard)
+		if errs := validation.IsDNS1123Subdomain(o.leaderID); len(errs) > 0 {
+			return nil, fmt.Errorf("--shard %q makes the Lease name %q, which is not a valid object name (%s); give the Lease's name with --leader-election-id",
+				o.shard, o.leaderID, strings.Join(errs, "; "))
+		}
 	}
 	if o.defaults.LatchDeadline < 0 || o.defaults.DegradedGrace < 0 || o.defaults.NewFailureWindow < 0 {
 		return nil, errors.New("--latch-deadline, --degraded-grace and --new-failure-window must not be negative")
@@ -144,6 +158,8 @@ func run(ctx context.Context, o *options) error {
 		StageClient:      cl.stages,
 		Kube:             cl.kube,
 		Namespaces:       o.namespaces,
+		Shard:            o.shard,
+		DefaultShard:     o.defaultShard,
 		Defaults:         o.defaults,
 		Workers:          o.workers,
 		DryRun:           o.dryRun,
@@ -154,7 +170,8 @@ func run(ctx context.Context, o *options) error {
 	if err != nil {
 		return err
 	}
-	klog.FromContext(ctx).Info("Starting kargo-latch", "version", version, "namespaces", o.namespaces, "dryRun", o.dryRun)
+	klog.FromContext(ctx).Info("Starting kargo-latch", "version", version, "namespaces", o.namespaces, "dryRun", o.dryRun,
+		"shard", o.shard, "defaultShard", o.defaultShard, "stages", stagesServed(o.shard, o.defaultShard))
 	if err := serveMetrics(ctx, o.metricsAddr, reg, o.profiling); err != nil {
 		return fmt.Errorf("metrics server: %w", err)
 	}
@@ -174,6 +191,7 @@ func run(ctx context.Context, o *options) error {
 	if ns == "" {
 		ns = podNamespace("kargo-latch")
 	}
+	klog.FromContext(ctx).Info("Electing a leader", "lease", klog.KRef(ns, o.leaderID))
 	leadOrStandBy(ctx, cl.leases, ns, o.leaderID, c.RunWorkers)
 	return nil
 }

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"strings"
 	"testing"
 	"time"
 )
@@ -16,6 +17,13 @@ func TestParseOptions(t *testing.T) {
 		"real":                 {nil, "kargo-latch"},
 		"dry run":              {[]string{"--dry-run"}, dryRunLeaseName},
 		"dry run, lease given": {[]string{"--dry-run", "--leader-election-id", "shadow"}, "shadow"},
+		// One Lease per shard; the default shard keeps the unsharded name.
+		"shard":              {[]string{"--shard", "eu-west"}, "kargo-latch-eu-west"},
+		"shard and default":  {[]string{"--shard", "eu-west", "--default-shard"}, "kargo-latch-eu-west"},
+		"default shard":      {[]string{"--default-shard"}, "kargo-latch"},
+		"shard, lease given": {[]string{"--shard", "eu-west", "--leader-election-id", "mine"}, "mine"},
+		"dry run of a shard": {[]string{"--dry-run", "--shard", "eu-west"}, dryRunLeaseName + "-eu-west"},
+		"shard with a dot":   {[]string{"--shard", "eu.west"}, "kargo-latch-eu.west"},
 	} {
 		t.Run(name, func(t *testing.T) {
 			o, err := parseFlags(tc.args)
@@ -32,6 +40,63 @@ func TestParseOptions(t *testing.T) {
 	}
 	if _, err := parseFlags([]string{"--new-failure-window", "-1m"}); err == nil {
 		t.Error("a negative --new-failure-window was accepted")
+	}
+}
+
+// --shard and --default-shard reach the options; a shard no label can
+// carry, and "default" (the status key of the unlabelled Stages' operator),
+// are refused at parsing, and so is a shard whose Lease name would be no
+// valid object name unless the Lease is named.
+func TestParseShardFlags(t *testing.T) {
+	o, err := parseFlags([]string{"--shard", "eu-west", "--default-shard"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if o.shard != "eu-west" || !o.defaultShard {
+		t.Errorf("shard %q, default shard %v; want eu-west, true", o.shard, o.defaultShard)
+	}
+	if o, err = parseFlags(nil); err != nil || o.shard != "" || o.defaultShard {
+		t.Errorf("without the flags: shard %q, default shard %v, err %v; want every Stage", o.shard, o.defaultShard, err)
+	}
+	for name, tc := range map[string]struct {
+		args []string
+		want string // in the error
+	}{
+		"default":            {[]string{"--shard", "default"}, "--default-shard"},
+		"not a label value":  {[]string{"--shard", "eu west"}, "not a valid value of the label kargo.akuity.io/shard"},
+		"too long":           {[]string{"--shard", strings.Repeat("a", 64)}, "not a valid value"},
+		"no Lease name":      {[]string{"--shard", "EU_West"}, "--leader-election-id"},
+		"default, lease set": {[]string{"--shard", "default", "--leader-election-id", "mine"}, "--default-shard"},
+	} {
+		t.Run(name, func(t *testing.T) {
+			_, err := parseFlags(tc.args)
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Errorf("parseFlags(%q) = %v, want an error saying %q", tc.args, err, tc.want)
+			}
+		})
+	}
+	// A shard name valid as a label but not as a Lease name is fine with
+	// the Lease named.
+	if o, err := parseFlags([]string{"--shard", "EU_West", "--leader-election-id", "kargo-latch-eu-west"}); err != nil || o.shard != "EU_West" {
+		t.Errorf("--shard EU_West with a Lease named: %v", err)
+	}
+}
+
+// The start-up line says which Stages the operator serves.
+func TestStagesServed(t *testing.T) {
+	for _, tc := range []struct {
+		shard        string
+		defaultShard bool
+		want         string
+	}{
+		{"", false, "all"},
+		{"a", false, "labelled kargo.akuity.io/shard=a"},
+		{"", true, "without the label kargo.akuity.io/shard"},
+		{"a", true, "labelled kargo.akuity.io/shard=a, and those without the label"},
+	} {
+		if got := stagesServed(tc.shard, tc.defaultShard); got != tc.want {
+			t.Errorf("stagesServed(%q, %v) = %q, want %q", tc.shard, tc.defaultShard, got, tc.want)
+		}
 	}
 }
 

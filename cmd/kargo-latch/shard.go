@@ -1,0 +1,58 @@
+package main
+
+import (
+	"fmt"
+	"strings"
+
+	"k8s.io/apimachinery/pkg/util/validation"
+
+	"github.com/kargo-latch/kargo-latch/controller"
+	"github.com/kargo-latch/kargo-latch/kargo"
+)
+
+// defaultShardKey is the status.shards key of the operator of the Stages
+// without a shard label, so no shard may be named so.
+var defaultShardKey = controller.ShardKey("", true)
+
+// validateShard refuses a --shard that no Stage can carry in its label, and
+// the name of the unlabelled Stages' key.
+func validateShard(shard string) error {
+	if shard == "" {
+		return nil
+	}
+	if errs := validation.IsValidLabelValue(shard); len(errs) > 0 {
+		return fmt.Errorf("--shard %q is not a valid value of the label %s: %s", shard, kargo.ShardLabel, strings.Join(errs, "; "))
+	}
+	if shard == defaultShardKey {
+		return fmt.Errorf("--shard %q is refused: %q counts the Stages without a shard label in StagePause status (use --default-shard for those)", shard, defaultShardKey)
+	}
+	return nil
+}
+
+// leaseName is the Lease of an operator not told one: one Lease per shard,
+// as Kargo's controllers of different shards run side by side, and a dry
+// run's own (dryRunLeaseName), so that it never takes the real one's.
+func leaseName(dryRun bool, shard string) string {
+	name := "kargo-latch"
+	if dryRun {
+		name = dryRunLeaseName
+	}
+	if shard != "" {
+		name += "-" + shard
+	}
+	return name
+}
+
+// stagesServed says which Stages an operator with these flags serves, for
+// its start-up log line.
+func stagesServed(shard string, defaultShard bool) string {
+	switch {
+	case shard != "" && defaultShard:
+		return fmt.Sprintf("labelled %s=%s, and those without the label", kargo.ShardLabel, shard)
+	case shard != "":
+		return fmt.Sprintf("labelled %s=%s", kargo.ShardLabel, shard)
+	case defaultShard:
+		return "without the label " + kargo.ShardLabel
+	}
+	return "all"
+}

@@ -1,0 +1,357 @@
+package controller
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/watch"
+	dynamicfake "k8s.io/client-go/dynamic/fake"
+	kubefake "k8s.io/client-go/kubernetes/fake"
+	k8stesting "k8s.io/client-go/testing"
+
+	"github.com/kargo-latch/kargo-latch/api/v1alpha1"
+	"github.com/kargo-latch/kargo-latch/kargo"
+	"github.com/kargo-latch/kargo-latch/metrics"
+)
+
+// promotionObject is an auto-promotion to Stage stage in project shop, as
+// Kargo leaves it: phase empty for one Kargo has not looked at yet.
+func promotionObject(name, stage, phase string, created time.Time) *unstructured.Unstructured {
+	md := map[string]any{"name": name, "namespace": "shop", "uid": name + "-uid", "creationTimestamp": created.UTC().Format(time.RFC3339),
+		"labels": map[string]any{kargo.StageLabel: stage}}
+	u := &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": kargo.GroupVersion.String(), "kind": "Promotion", "metadata": md,
+		"spec": map[string]any{"stage": stage, "freight": "f", "steps": []any{map[string]any{"uses": "argocd-update"}}},
+	}}
+	if phase != "" {
+		u.Object["status"] = map[string]any{"phase": phase, "message": "done"}
+	}
+	return u
+}
+
+// projectHistory is Stage prod with n finished Promotions and three
+// unfinished ones (queued unseen, Pending, Running), all old, and Stage dev
+// with one of each.
+func projectHistory(n int) []*unstructured.Unstructured {
+	old := time.Now().Add(-24 * time.Hour)
+	objs := []*unstructured.Unstructured{healthyStage("prod", nil), healthyStage("dev", nil),
+		promotionObject("dev.00000.done", "dev", "Succeeded", old),
+		promotionObject("dev.00001.running", "dev", "Running", old)}
+	finished := []string{"Succeeded", "Failed", "Errored", "Aborted"}
+	for i := range n {
+		objs = append(objs, promotionObject(fmt.Sprintf("prod.%05d.f", i), "prod", finished[i%len(finished)], old))
+	}
+	return append(objs,
+		promotionObject("prod.90000.queued", "prod", "", old),
+		promotionObject("prod.90001.pending", "prod", "Pending", old),
+		promotionObject("prod.90002.running", "prod", "Running", old))
+}
+
+func cachedNames(c *Controller, stage string) []string {
+	var names []string
+	for _, p := range c.cachedPromotions(&kargo.Stage{ObjectMeta: metav1.ObjectMeta{Namespace: "shop", Name: stage}}) {
+		names = append(names, p.Name)
+	}
+	slices.Sort(names)
+	return names
+}
+
+func gauge(t *testing.T, reg *prometheus.Registry, name string) float64 {
+	t.Helper()
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() == name {
+			return mf.GetMetric()[0].GetGauge().GetValue()
+		}
+	}
+	t.Fatalf("no metric %s", name)
+	return 0
+}
+
+// TestOnlyUnfinishedPromotionsAreCached: of a project with 1,001 finished
+// Promotions and 4 unfinished ones, the cache holds the 4, and says so; one
+// that ends leaves it, and its Stage is synced again.
+func TestOnlyUnfinishedPromotionsAreCached(t *testing.T) {
+	f := newFixtureWith(t, false, nil, projectHistory(1000)...)
+	waitUntil(t, f.c.HasSynced)
+	unfinished := []string{"prod.90000.queued", "prod.90001.pending", "prod.90002.running"}
+	if got := cachedNames(f.c, "prod"); !slices.Equal(got, unfinished) {
+		t.Errorf("cached %v, want only the unfinished %v", got, unfinished)
+	}
+	if got := cachedNames(f.c, "dev"); !slices.Equal(got, []string{"dev.00001.running"}) {
+		t.Errorf("cached for dev %v, want its unfinished one", got)
+	}
+	if got := gauge(t, f.reg, "kargo_latch_promotions_cached"); got != 4 {
+		t.Errorf("kargo_latch_promotions_cached = %v, want 4", got)
+	}
+
+	// Kargo runs the Running one to its end: it leaves the cache, and its
+	// Stage is synced once more.
+	waitUntil(t, func() bool { return f.syncs() >= 1 })
+	synced := f.syncs()
+	promotions := f.client.Resource(kargo.PromotionsResource).Namespace("shop")
+	u, err := promotions.Get(context.Background(), "prod.90002.running", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	u.Object["status"] = map[string]any{"phase": "Succeeded"}
+	if _, err := promotions.Update(context.Background(), u, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitUntil(t, func() bool { return len(cachedNames(f.c, "prod")) == 2 })
+	waitUntil(t, func() bool { return f.syncs() > synced })
+	if got := gauge(t, f.reg, "kargo_latch_promotions_cached"); got != 3 {
+		t.Errorf("kargo_latch_promotions_cached = %v after one ended, want 3", got)
+	}
+
+	// A new Promotion is cached while it runs; one made finished never is.
+	if _, err := promotions.Create(context.Background(), promotionObject("prod.90003.new", "prod", "", time.Now()), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := promotions.Create(context.Background(), promotionObject("prod.90004.done", "prod", "Succeeded", time.Now()), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitUntil(t, func() bool { return len(cachedNames(f.c, "prod")) == 3 })
+	if got := cachedNames(f.c, "prod"); slices.Contains(got, "prod.90004.done") {
+		t.Errorf("cached %v: a finished Promotion", got)
+	}
+}
+
+// pagedPromotions serves a project's Promotions in pages of at most limit,
+// as the API server does, and records the options of each list.
+type pagedPromotions struct {
+	items []unstructured.Unstructured
+	mu    sync.Mutex
+	asked []metav1.ListOptions
+}
+
+func (p *pagedPromotions) react(a k8stesting.Action) (bool, runtime.Object, error) {
+	opts := a.(k8stesting.ListActionImpl).ListOptions
+	p.mu.Lock()
+	p.asked = append(p.asked, opts)
+	p.mu.Unlock()
+	start := 0
+	if opts.Continue != "" {
+		if _, err := fmt.Sscan(opts.Continue, &start); err != nil {
+			return true, nil, apierrors.NewBadRequest("bad continue")
+		}
+	}
+	end := min(start+int(opts.Limit), len(p.items))
+	if opts.Limit == 0 {
+		end = len(p.items)
+	}
+	list := &unstructured.UnstructuredList{Object: map[string]any{"apiVersion": kargo.GroupVersion.String(), "kind": "PromotionList"}}
+	list.SetResourceVersion("42")
+	if end < len(p.items) {
+		list.SetContinue(fmt.Sprint(end))
+	}
+	list.Items = p.items[start:end]
+	return true, list, nil
+}
+
+// TestPromotionListPagesAndReturnsOnlyUnfinished: the list reads the
+// project page by page (never all of it in one answer) from the most
+// recent snapshot, and returns the unfinished Promotions alone, with the
+// snapshot's resourceVersion for the watch to start from.
+func TestPromotionListPagesAndReturnsOnlyUnfinished(t *testing.T) {
+	paged := &pagedPromotions{}
+	for _, o := range projectHistory(1200) {
+		if o.GetKind() == "Promotion" && o.GetLabels()[kargo.StageLabel] == "prod" {
+			paged.items = append(paged.items, *o)
+		}
+	}
+	client := newFakeDynamic()
+	client.PrependReactor("list", "promotions", paged.react)
+	c, err := New(Config{Dynamic: client, Kube: kubefake.NewClientset(), Metrics: metrics.New(prometheus.NewRegistry(), "test")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	src := &promotionSource{c: c, ns: "shop"}
+	selector := kargo.StageLabel + "=prod"
+	obj, err := src.list(context.Background(), metav1.ListOptions{ResourceVersion: "0", LabelSelector: selector})
+	if err != nil {
+		t.Fatal(err)
+	}
+	list := obj.(*kargo.PromotionList)
+	var names []string
+	for _, p := range list.Items {
+		names = append(names, p.Name)
+	}
+	if want := []string{"prod.90000.queued", "prod.90001.pending", "prod.90002.running"}; !slices.Equal(names, want) {
+		t.Errorf("the list returned %v, want only %v", names, want)
+	}
+	if list.ResourceVersion != "42" {
+		t.Errorf("resourceVersion %q, want the snapshot's 42", list.ResourceVersion)
+	}
+	if len(paged.asked) != 3 {
+		t.Fatalf("%d pages read of 1,203 Promotions, want 3", len(paged.asked))
+	}
+	for i, opts := range paged.asked {
+		if opts.Limit != promotionListPage || opts.ResourceVersion != "" || opts.LabelSelector != selector {
+			t.Errorf("page %d read with %+v, want limit %d, the most recent snapshot and the selector", i, opts, promotionListPage)
+		}
+	}
+	if got := paged.asked[2].Continue; got != "1000" {
+		t.Errorf("the third page continued from %q, want the second's token", got)
+	}
+}
+
+// TestExpiredWatchRelistsAndPrunes: a watch that expires (410 Gone) makes
+// the informer list again; a Promotion deleted meanwhile, whose delete the
+// watch never told, leaves the cache then.
+func TestExpiredWatchRelistsAndPrunes(t *testing.T) {
+	var expiring atomic.Pointer[watch.RaceFreeFakeWatcher]
+	var watches atomic.Int64
+	f := newFixtureWith(t, false, func(f *fixture) {
+		f.client.PrependWatchReactor("promotions", func(k8stesting.Action) (bool, watch.Interface, error) {
+			if watches.Add(1) > 1 {
+				return false, nil, nil // the relist's watch: the fake's own
+			}
+			w := watch.NewRaceFreeFake()
+			expiring.Store(w)
+			return true, w, nil
+		})
+	}, projectHistory(4)...)
+	waitUntil(t, func() bool { return f.c.HasSynced() && expiring.Load() != nil })
+	if got := len(cachedNames(f.c, "prod")); got != 3 {
+		t.Fatalf("%d cached, want 3", got)
+	}
+	// Deleted while the watch sees nothing (its events are lost).
+	if err := f.client.Tracker().Delete(kargo.PromotionsResource, "shop", "prod.90001.pending"); err != nil {
+		t.Fatal(err)
+	}
+	expiring.Load().Error(&metav1.Status{Status: metav1.StatusFailure, Code: 410, Reason: metav1.StatusReasonExpired, Message: "too old resource version"})
+	want := []string{"prod.90000.queued", "prod.90002.running"}
+	waitUntil(t, func() bool { return slices.Equal(cachedNames(f.c, "prod"), want) })
+	if n := watches.Load(); n < 2 {
+		t.Errorf("%d watches, want a second after the relist", n)
+	}
+}
+
+// TestGateBypassOfAFinishedPromotionIsReportedAtStart: an auto-promotion
+// passed the gate of a paused Stage and finished while no operator ran.
+// The starting operator's list sees it once, and reports it, although it
+// never caches it; another operator after it finds the Event there.
+func TestGateBypassOfAFinishedPromotionIsReportedAtStart(t *testing.T) {
+	now := time.Now()
+	objs := bypassObjects(now)
+	for _, o := range objs {
+		if o.GetKind() == "Promotion" && o.GetName() == "bypass" {
+			o.Object["status"] = map[string]any{"phase": "Succeeded"}
+		}
+	}
+	f := newFixtureWith(t, false, nil, objs...)
+	labels := map[string]string{metrics.LabelProject: "shop", metrics.LabelStage: "prod"}
+	waitUntil(t, func() bool { return bypassCount(t, f.reg, labels) == 2 })
+	related := map[string]bool{}
+	for _, e := range gateBypassEvents(t, f) {
+		related[e.Related.Name] = true
+	}
+	if len(related) != 2 || !related["bypass"] || !related["controller"] {
+		t.Errorf("GateBypassed about %v, want the finished bypass and the unfinished controller one", related)
+	}
+	if got := cachedNames(f.c, "prod"); slices.Contains(got, "bypass") {
+		t.Errorf("cached %v: the finished bypass", got)
+	}
+
+	// The next operator judges it again from its own list, and finds the
+	// Event made: no second warning, no count.
+	reg := prometheus.NewRegistry()
+	c, err := New(Config{Dynamic: f.client, Kube: f.kube, Recorder: f.recorder, Metrics: metrics.New(reg, "test")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); _ = c.Run(ctx) }()
+	defer func() { cancel(); <-done }()
+	waitUntil(t, c.HasSynced)
+	waitUntil(t, func() bool {
+		c.bypass.mu.Lock()
+		defer c.bypass.mu.Unlock()
+		return len(c.bypass.reported) == 2
+	})
+	if n := len(gateBypassEvents(t, f)); n != 2 {
+		t.Errorf("%d GateBypassed Events after a restart, want still 2", n)
+	}
+	if got := bypassCount(t, reg, labels); got != 0 {
+		t.Errorf("the restarted operator counted %v bypasses, want 0", got)
+	}
+}
+
+// newFakeDynamic is a fake dynamic client as the fixture's, holding objs.
+func newFakeDynamic(objs ...runtime.Object) *dynamicfake.FakeDynamicClient {
+	return dynamicfake.NewSimpleDynamicClientWithCustomListKinds(runtime.NewScheme(), map[schema.GroupVersionResource]string{
+		kargo.StagesResource:         "StageList",
+		kargo.PromotionsResource:     "PromotionList",
+		v1alpha1.StagePausesResource: "StagePauseList",
+		kargo.FreightsResource:       "FreightList",
+	}, objs...)
+}
+
+// TestPromotionCacheReadiness: the Promotion cache counts in the readiness
+// as every cache does. A refused list keeps it unready with the reason, a
+// refused watch after the list makes it unready with the reason, and both
+// clear once the operator may list and watch again.
+func TestPromotionCacheReadiness(t *testing.T) {
+	var refuseList, refuseWatch atomic.Bool
+	refuseList.Store(true)
+	forbidden := func(verb string) error {
+		return apierrors.NewForbidden(kargo.PromotionsResource.GroupResource(), "",
+			fmt.Errorf(`User "system:serviceaccount:kargo-latch:x" cannot %s resource "promotions" in API group "kargo.akuity.io" at the cluster scope`, verb))
+	}
+	f := newFixtureWith(t, false, func(f *fixture) {
+		f.client.PrependReactor("list", "promotions", func(k8stesting.Action) (bool, runtime.Object, error) {
+			if refuseList.Load() {
+				return true, nil, forbidden("list")
+			}
+			return false, nil, nil
+		})
+		f.client.PrependWatchReactor("promotions", func(k8stesting.Action) (bool, watch.Interface, error) {
+			if refuseWatch.Load() {
+				return true, nil, forbidden("watch")
+			}
+			return false, nil, nil
+		})
+	}, projectHistory(2)...)
+	says := func(parts ...string) func() bool {
+		return func() bool {
+			err := f.c.Ready()
+			if err == nil {
+				return false
+			}
+			for _, p := range parts {
+				if !strings.Contains(err.Error(), p) {
+					return false
+				}
+			}
+			return true
+		}
+	}
+	waitUntil(t, says("not synced", "may not list and watch promotions.kargo.akuity.io in all namespaces", `cannot list resource "promotions"`))
+
+	refuseWatch.Store(true)
+	refuseList.Store(false)
+	waitUntil(t, says("synced, but cannot watch", `cannot watch resource "promotions"`))
+	if got := len(cachedNames(f.c, "prod")); got != 3 {
+		t.Errorf("%d cached from the list, want 3", got)
+	}
+
+	refuseWatch.Store(false)
+	waitUntil(t, func() bool { return f.c.Ready() == nil })
+}
