@@ -26,6 +26,16 @@ type options struct {
 	churn     int // status writes per second of background churn
 	inFlight  int // churn writes in flight at most
 	steadyFor time.Duration
+	// promotions is how many terminal Promotions each busy Stage keeps.
+	promotions int
+	// promotionChurn is how many new Promotions per second run during the
+	// churn.
+	promotionChurn float64
+	// createInFlight is how many busy Stages get their Promotions at once.
+	createInFlight int
+	// shards spreads the Stages over this many shards, one operator each;
+	// 0 runs one unsharded operator.
+	shards int
 }
 
 func main() {
@@ -39,7 +49,15 @@ func main() {
 	flag.IntVar(&o.churn, "churn", 100, "background status writes per second")
 	flag.IntVar(&o.inFlight, "churn-in-flight", 4, "background status writes in flight at most: more only queue in a saturated apiserver and starve its watch cache")
 	flag.DurationVar(&o.steadyFor, "steady", 30*time.Second, "how long to watch the steady state")
+	flag.IntVar(&o.promotions, "promotions-per-stage", 20, "terminal Promotions per busy Stage (Kargo's garbage collector keeps 20), with the Freight they promote")
+	flag.Float64Var(&o.promotionChurn, "promotion-churn", 2, "new Promotions per second during the churn, each queued, run and finished as Kargo does")
+	flag.IntVar(&o.createInFlight, "create-in-flight", 16, "busy Stages given their Promotions at once: enough to keep the apiserver busy, few enough not to bury it")
+	flag.IntVar(&o.shards, "shards", 0, "spread the Stages over shards s0..s(N-1), one operator per shard (--shard sK); 0 runs one unsharded operator")
 	flag.Parse()
+	if o.shards < 0 || o.promotions < 0 || o.promotionChurn < 0 || o.createInFlight < 1 {
+		fmt.Fprintln(os.Stderr, "bench: -shards, -promotions-per-stage and -promotion-churn must not be negative, -create-in-flight at least 1")
+		os.Exit(2)
+	}
 	// client-go reports requests cut short when the churn stops; the table
 	// is the output.
 	klog.LogToStderr(false)
@@ -68,9 +86,9 @@ func run(ctx context.Context, o options) error {
 	if err != nil {
 		return err
 	}
-	defer b.stopOperator()
+	defer b.stopOperators()
 	var rows []row
-	steps := []func(context.Context) ([]row, error){b.setUp, b.reaction, b.projectWide, b.memoryAndColdStart}
+	steps := []func(context.Context) ([]row, error){b.setUp, b.reaction, b.projectWide, b.memoryAndColdStart, b.writtenByShards}
 	for _, step := range steps {
 		r, err := step(ctx)
 		if err != nil {
@@ -78,7 +96,7 @@ func run(ctx context.Context, o options) error {
 		}
 		rows = append(rows, r...)
 	}
-	printTable(os.Stdout, o, rows)
+	printTable(os.Stdout, o, b.load, rows)
 	if n := b.watcher.restarted(); n > 0 {
 		fmt.Printf("\nThe apiserver closed the watcher's watches %d times during this run (see above): latencies seen through them, baselines included, are disturbed.\n", n)
 	}

@@ -32,9 +32,18 @@ func (s stats) String() string {
 	return fmt.Sprintf("p50 %v, p99 %v, max %v (%d samples)", r(s.p50), r(s.p99), r(s.max), s.n)
 }
 
-func printTable(out io.Writer, o options, rows []row) {
-	fmt.Fprintf(out, "\nkargo-latch bench — %d busy Stages, %d under one project pause, %d status writes/s of churn, %s, %d CPUs\n\n",
+func printTable(out io.Writer, o options, l load, rows []row) {
+	fmt.Fprintf(out, "\nkargo-latch bench — %d busy Stages, %d under one project pause, %d status writes/s of churn asked, %s, %d CPUs\n",
 		o.stages, o.wide, o.churn, runtime.Version(), runtime.NumCPU())
+	if o.shards > 0 {
+		fmt.Fprintf(out, "%d shards (s0..s%d), one operator each; the Stages spread over them\n", o.shards, o.shards-1)
+	}
+	if l.promotions > 0 {
+		fmt.Fprintf(out, "%d terminal Promotions (%.1f KB each as stored, %s) and %d Freight (%s), created in %v (%.0f objects/s); %.1f new Promotions/s during the churn\n",
+			l.promotions, kib(l.promotionBytes)/float64(l.promotions), mb(l.promotionBytes), l.freight, mb(l.freightSize),
+			l.createdIn.Round(time.Second), float64(l.promotions+l.freight)/l.createdIn.Seconds(), l.promotionChurn)
+	}
+	fmt.Fprintln(out)
 	w := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(w, "FIGURE\tMEASURED\tBASELINE (same run)\tRATIO\tGOAL\tMET")
 	// Each step reports the figures it measured; the table is in figure order.

@@ -3,8 +3,8 @@ package main
 import (
 	"context"
 	"fmt"
+	"maps"
 	"os"
-	"path/filepath"
 	"regexp"
 	"strings"
 	"time"
@@ -32,7 +32,7 @@ func (b *bench) verifiedLatency(ctx context.Context, stages []*driver.Stage) ([]
 	last := driver.BusyApps - 1
 	var took []time.Duration
 	var samples []markSample
-	server, operator := b.viewServer(ctx), b.viewOperator(ctx)
+	server, operators := b.viewServer(ctx), b.viewOperators(ctx)
 	for _, s := range stages {
 		promotion, err := s.FinishPromotion(ctx, "Succeeded")
 		if err != nil {
@@ -77,7 +77,7 @@ func (b *bench) verifiedLatency(ctx context.Context, stages []*driver.Stage) ([]
 	}
 	b.explainMarks(samples)
 	b.sayServerSide(ctx, "mark verified", server, "GET freights", "POST events", "PATCH freights/status", "POST freights", "PATCH stages", "PATCH stages/status", "GET stages", "GET stagepauses", "LIST stagepauses")
-	b.sayOperatorSide(ctx, "mark verified", operator)
+	b.sayOperatorSide(ctx, "mark verified", operators)
 	return took, nil
 }
 
@@ -90,10 +90,13 @@ type markSample struct {
 // patch of the Freight returned, which it logs: the status write itself,
 // its way to the operator (the Stage's watch event, the queue) and the
 // operator's requests up to the Freight's PATCH, then the Freight's way to
-// the watcher. It only reports; a missing log line loses the split, not
+// the watcher. With shards, each shard's operator logs its own marks. It only reports; a missing log line loses the split, not
 // the sample.
 func (b *bench) explainMarks(samples []markSample) {
-	logged := markedInLog(filepath.Join(b.c.Dir, "operator.log"))
+	logged := map[string]time.Time{}
+	for _, op := range b.operators {
+		maps.Copy(logged, markedInLog(op.logPath))
+	}
 	var operator, hop []time.Duration
 	for _, s := range samples {
 		if at, ok := logged[s.freight]; ok {

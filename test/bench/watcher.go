@@ -169,6 +169,14 @@ func (w *watcher) observeFreight(ns string, u *unstructured.Unstructured, at tim
 	w.cond.Broadcast()
 }
 
+// wake makes every waitFor look at its condition again, for a change
+// outside the watches.
+func (w *watcher) wake() {
+	w.mu.Lock()
+	w.cond.Broadcast()
+	w.mu.Unlock()
+}
+
 func (w *watcher) waitFor(ctx context.Context, limit time.Duration, cond func(*watcher) bool) error {
 	deadline := time.Now().Add(limit)
 	stop := context.AfterFunc(ctx, func() { w.mu.Lock(); w.cond.Broadcast(); w.mu.Unlock() })

@@ -24,11 +24,13 @@ func (s *Stage) WriteBusyStatus(ctx context.Context, health string) error {
 	now := s.k.clock().UTC()
 	var history []any
 	var newest string
+	past := &busyPast{}
 	for i := range 10 {
 		freight := newFreightName()
 		if i == 0 {
 			newest = freight
 		}
+		past.freight = append(past.freight, freight)
 		sum := sha1.Sum([]byte(freight)) //nolint:gosec // Kargo's own ID scheme
 		var verifications []any
 		for j := range 10 {
@@ -52,7 +54,11 @@ func (s *Stage) WriteBusyStatus(ctx context.Context, health string) error {
 		return err
 	}
 	name := promotionName(s.Name, newest)
-	finished := now.Add(-time.Minute).Format(time.RFC3339)
+	past.lastPromotion, past.finishedAt = name, now.Add(-time.Minute)
+	s.mu.Lock()
+	s.busy = past
+	s.mu.Unlock()
+	finished := past.finishedAt.Format(time.RFC3339)
 	h := s.busyHealth(health, func(int) string { return health })
 	h["config"] = s.busyHealthConfig()
 	return s.patchStatus(ctx, map[string]any{

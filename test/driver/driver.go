@@ -57,9 +57,12 @@ type Stage struct {
 	Namespace string
 	Name      string
 	Warehouse string
+	UID       types.UID // for the ownerReference Kargo's webhook puts on its Promotions
+	Shard     string    // its kargo.akuity.io/shard label, which its Promotions carry
 
 	mu      sync.Mutex
-	running string // name of the running Promotion, if any
+	busy    *busyPast // what WriteBusyStatus wrote, for its Promotions (promotionshape.go)
+	running string    // name of the running Promotion, if any
 	// RV is the resourceVersion of the driver's last write.
 	RV string
 }
@@ -116,7 +119,8 @@ func (k *Kargo) CreateStage(ctx context.Context, ns, name string, annotations ma
 	if err != nil {
 		return nil, err
 	}
-	return &Stage{k: k, Namespace: ns, Name: name, Warehouse: "warehouse", RV: created.GetResourceVersion()}, nil
+	return &Stage{k: k, Namespace: ns, Name: name, Warehouse: "warehouse", RV: created.GetResourceVersion(),
+		UID: created.GetUID(), Shard: created.GetLabels()[kargo.ShardLabel]}, nil
 }
 
 // StartPromotion sets status.currentPromotion to a new Promotion for new

@@ -1,0 +1,123 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"sync/atomic"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/kargo-latch/kargo-latch/kargo"
+)
+
+// reaction times, under churn, the raw PATCH→watch round trip, the
+// operator's reaction to failures and its latch → verifiedIn path, and then
+// counts its writes in a steady state. The failures and the marked cycles
+// take their own busy Stages, which the churn leaves alone. The churn is
+// Kargo's: health flaps written to Stage status, and new Promotions run
+// through their lifecycle.
+func (b *bench) reaction(ctx context.Context) ([]row, error) {
+	churnCtx, stopChurn := context.WithCancel(ctx)
+	spare := min(b.o.samples, len(b.busy)/4)
+	failing, marking := b.busy[:spare], b.busy[spare:2*spare]
+	reserved := 2 * spare
+	var churned, promoted atomic.Int64
+	churnStart := time.Now()
+	go b.churn(churnCtx, b.o.churn, reserved, &churned)
+	promotionsDone := make(chan struct{})
+	go func() {
+		defer close(promotionsDone)
+		b.churnPromotions(churnCtx, b.o.promotionChurn, reserved, &promoted)
+	}()
+	defer func() { stopChurn(); <-promotionsDone }()
+	time.Sleep(2 * time.Second)
+
+	say("baseline: PATCH one busy Stage, observe it through a watch (%d samples)", 2*b.o.samples)
+	var base, request, hop []time.Duration
+	server := b.viewServer(ctx)
+	for i := range 2 * b.o.samples {
+		s := b.busy[reserved+i%(len(b.busy)-reserved)]
+		value := strconv.Itoa(i)
+		t0 := time.Now()
+		patch := fmt.Sprintf(`{"metadata":{"annotations":{"bench/ping":%q}}}`, value)
+		if _, err := b.dyn.Resource(kargo.StagesResource).Namespace(busyNS).Patch(ctx, s.Name, types.MergePatchType, []byte(patch), metav1.PatchOptions{}); err != nil {
+			return nil, err
+		}
+		returned := time.Now()
+		seen, err := b.watcher.waitPing(ctx, busyNS, s.Name, value)
+		if err != nil {
+			return nil, err
+		}
+		base, request, hop = append(base, seen.Sub(t0)), append(request, returned.Sub(t0)), append(hop, seen.Sub(returned))
+	}
+	say("baseline, split: the PATCH returned %v; → the watcher saw it %v", percentiles(request), percentiles(hop))
+	b.sayServerSide(ctx, "baseline", server, "PATCH stages", "PATCH stages/status")
+
+	say("reaction: a promotion fails; time until a watcher sees the paused label (%d samples)", len(failing))
+	react := make([]time.Duration, 0, len(failing))
+	server, operators := b.viewServer(ctx), b.viewOperators(ctx)
+	for _, s := range failing {
+		t0 := time.Now()
+		if _, err := s.FinishPromotion(ctx, "Failed"); err != nil {
+			return nil, err
+		}
+		seen, err := b.watcher.waitPaused(ctx, busyNS, s.Name)
+		if err != nil {
+			return nil, err
+		}
+		react = append(react, seen.Sub(t0))
+		time.Sleep(50 * time.Millisecond)
+	}
+
+	b.sayServerSide(ctx, "reaction", server, "GET stages", "POST stagepauses", "POST events", "PATCH stages", "PATCH stages/status")
+	b.sayOperatorSide(ctx, "reaction", operators)
+
+	say("mark verified: every App Healthy in the cycle; time until a watcher sees verifiedIn on the Freight (%d samples)", len(marking))
+	verified, err := b.verifiedLatency(ctx, marking)
+	if err != nil {
+		return nil, err
+	}
+
+	say("steady state: counting the operator's writes during %v of churn", b.o.steadyFor)
+	stagesBefore, marksBefore := b.watcher.operatorWrites()
+	time.Sleep(b.o.steadyFor)
+	stagesAfter, marksAfter := b.watcher.operatorWrites()
+	stageWrites, marks := stagesAfter-stagesBefore, marksAfter-marksBefore
+	writes := stageWrites + marks
+	perStageHour := float64(writes) / float64(len(b.busy)) / b.o.steadyFor.Hours()
+	churnFor := time.Since(churnStart).Seconds()
+	rate := float64(churned.Load()) / churnFor
+	b.load.promotionChurn = float64(promoted.Load()) / churnFor
+
+	bp, rp, vp := percentiles(base), percentiles(react), percentiles(verified)
+	rows := []row{
+		reactionRow("1. reaction latency (failure → paused label seen)", rp, bp),
+		{figure: "5. steady-state writes", value: fmt.Sprintf("%d writes in %v: %d to Stages, %d Freight marks (%.3f per Stage per hour)", writes, b.o.steadyFor, stageWrites, marks, perStageHour),
+			baseline: fmt.Sprintf("%.0f status writes/s and %.1f Promotions/s of churn achieved", rate, b.load.promotionChurn), goal: "0", met: writes == 0},
+		{figure: "6. latch → verifiedIn visible (per-App latch, mark-verified)", value: vp.String(), baseline: "PATCH→watch " + bp.String(),
+			goal: "p99 ≤ 3× baseline p99", met: vp.p99 <= bp.p99*3, ratio: fmt.Sprintf("p99 %.2f×", float64(vp.p99)/float64(bp.p99))},
+	}
+	if b.o.shards > 0 {
+		// Each shard's operator against the same baseline: the PATCH→watch
+		// round trip does not depend on who handles the Stage.
+		byOperator := make([][]time.Duration, len(b.operators))
+		for i, s := range failing {
+			k := b.operatorOf(s)
+			byOperator[k] = append(byOperator[k], react[i])
+		}
+		for k, mine := range byOperator {
+			if len(mine) > 0 {
+				rows = append(rows, reactionRow("1. reaction latency, "+b.operators[k].name(), percentiles(mine), bp))
+			}
+		}
+	}
+	return rows, nil
+}
+
+func reactionRow(figure string, reaction, baseline stats) row {
+	return row{figure: figure, value: reaction.String(), baseline: "PATCH→watch " + baseline.String(),
+		goal: "p99 ≤ 2.5× baseline p99", met: reaction.p99 <= baseline.p99*5/2, ratio: fmt.Sprintf("p99 %.2f×", float64(reaction.p99)/float64(baseline.p99))}
+}
