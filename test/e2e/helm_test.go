@@ -48,10 +48,17 @@ var componentToggles = map[string][]string{
 	"grafana-dashboard":                    {"grafanaDashboard.enabled=true"},
 }
 
+// exampleValues are the chart values that render each kustomize example of
+// manifests/examples, a whole install. Each example must have them.
+var exampleValues = map[string][]string{
+	"shards": {"controller.shards={eu}"},
+}
+
 // TestChartRendersTheKustomizeInstall: `helm template` with the default
 // values renders the objects `kubectl kustomize manifests/default` builds,
 // and with each opt-in toggle, those of manifests/default plus the
-// component; with the pause gate off, those of manifests/base. The
+// component; with the pause gate off, those of manifests/base; and with
+// the values of each example of manifests/examples, that example. The
 // comparison is of parsed objects, with three differences allowed and no
 // other:
 //   - the kustomize install's Namespace is not rendered: `helm install
@@ -88,6 +95,20 @@ func TestChartRendersTheKustomizeInstall(t *testing.T) {
 			continue
 		}
 		cases["default+"+name] = install{overlay(t, filepath.Join(root, "default"), c), sets}
+	}
+	examples, err := filepath.Glob(filepath.Join(root, "examples", "*"))
+	must(t, err)
+	if len(examples) == 0 {
+		t.Error("found no example in manifests/examples")
+	}
+	for _, e := range examples {
+		name := filepath.Base(e)
+		sets, ok := exampleValues[name]
+		if !ok {
+			t.Errorf("the kustomize example %s has no chart values (exampleValues)", name)
+			continue
+		}
+		cases["example "+name] = install{e, sets}
 	}
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {
@@ -212,7 +233,7 @@ func dropHelmOnly(got, want map[string]any) {
 // which the test cluster already has, is dry-run applied instead. The
 // Prometheus Operator's kinds, whose CRDs the test cluster lacks, are
 // checked here: the rules with promtool, the ServiceMonitor against the
-// Service it selects.
+// Services it selects.
 func TestChartPassesServerSideDryRun(t *testing.T) {
 	t.Parallel()
 	ns := env.newProject(t)
@@ -223,7 +244,7 @@ func TestChartPassesServerSideDryRun(t *testing.T) {
 	})
 	mapper := restmapper.NewDeferredDiscoveryRESTMapper(memory.NewMemCacheClient(discovery.NewDiscoveryClientForConfigOrDie(env.cluster.Config)))
 	kinds := map[string]int{}
-	var service *unstructured.Unstructured
+	var services []*unstructured.Unstructured
 	for _, o := range objs {
 		kinds[o.GetKind()]++
 		switch o.GetKind() {
@@ -231,9 +252,9 @@ func TestChartPassesServerSideDryRun(t *testing.T) {
 			checkPrometheusRule(t, o)
 			continue
 		case "ServiceMonitor":
-			continue // checked below, against the Service
+			continue // checked below, against the Services
 		case "Service":
-			service = o
+			services = append(services, o)
 		}
 		gvk := o.GroupVersionKind()
 		mapping, err := mapper.RESTMapping(gvk.GroupKind(), gvk.Version)
@@ -255,12 +276,13 @@ func TestChartPassesServerSideDryRun(t *testing.T) {
 	}
 	for _, o := range objs {
 		if o.GetKind() == "ServiceMonitor" {
-			checkServiceMonitor(t, o, service)
+			checkServiceMonitor(t, o, services)
 		}
 	}
-	// Everything the opt-ins add is there to be checked.
+	// Everything the opt-ins add is there to be checked: the operators and
+	// metrics Services are the main one and those of the shards eu and us.
 	for kind, want := range map[string]int{
-		"CustomResourceDefinition": 1, "Deployment": 1, "Service": 1, "ServiceMonitor": 1,
+		"CustomResourceDefinition": 1, "Deployment": 3, "Service": 3, "ServiceMonitor": 1,
 		"PrometheusRule": 1, "ConfigMap": 1, "ValidatingAdmissionPolicy": 6, "ValidatingAdmissionPolicyBinding": 6,
 	} {
 		if kinds[kind] != want {
@@ -280,29 +302,32 @@ func boolOrder(a, b bool) int {
 	}
 }
 
-// checkServiceMonitor: the ServiceMonitor selects the metrics Service, in
-// its namespace, by labels the Service has, and scrapes a port it names.
-func checkServiceMonitor(t *testing.T, sm, service *unstructured.Unstructured) {
+// checkServiceMonitor: the ServiceMonitor selects every metrics Service
+// (the main operator's and each shard's), in its namespace, by labels the
+// Service has, and scrapes a port each names.
+func checkServiceMonitor(t *testing.T, sm *unstructured.Unstructured, services []*unstructured.Unstructured) {
 	t.Helper()
-	if service == nil {
+	if len(services) == 0 {
 		t.Fatal("a ServiceMonitor without a metrics Service")
 	}
-	if sm.GetNamespace() != service.GetNamespace() {
-		t.Errorf("ServiceMonitor in %s, Service in %s", sm.GetNamespace(), service.GetNamespace())
-	}
 	selector, _, _ := unstructured.NestedStringMap(sm.Object, "spec", "selector", "matchLabels")
-	labels := service.GetLabels()
-	for k, v := range selector {
-		if labels[k] != v {
-			t.Errorf("the ServiceMonitor selects %s=%s; the Service's labels are %v", k, v, labels)
-		}
-	}
 	endpoints, _, _ := unstructured.NestedSlice(sm.Object, "spec", "endpoints")
-	ports, _, _ := unstructured.NestedSlice(service.Object, "spec", "ports")
-	for _, e := range endpoints {
-		port := e.(map[string]any)["port"]
-		if !slices.ContainsFunc(ports, func(p any) bool { return p.(map[string]any)["name"] == port }) {
-			t.Errorf("the ServiceMonitor scrapes port %v; the Service's ports are %v", port, ports)
+	for _, service := range services {
+		if sm.GetNamespace() != service.GetNamespace() {
+			t.Errorf("ServiceMonitor in %s, Service %s in %s", sm.GetNamespace(), service.GetName(), service.GetNamespace())
+		}
+		labels := service.GetLabels()
+		for k, v := range selector {
+			if labels[k] != v {
+				t.Errorf("the ServiceMonitor selects %s=%s; the labels of Service %s are %v", k, v, service.GetName(), labels)
+			}
+		}
+		ports, _, _ := unstructured.NestedSlice(service.Object, "spec", "ports")
+		for _, e := range endpoints {
+			port := e.(map[string]any)["port"]
+			if !slices.ContainsFunc(ports, func(p any) bool { return p.(map[string]any)["name"] == port }) {
+				t.Errorf("the ServiceMonitor scrapes port %v; the ports of Service %s are %v", port, service.GetName(), ports)
+			}
 		}
 	}
 }

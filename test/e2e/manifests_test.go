@@ -22,8 +22,8 @@ import (
 	"github.com/kargo-latch/kargo-latch/test/cluster"
 )
 
-// TestManifestsBuildAndPassServerSideDryRun builds every kustomization and
-// every component (on top of the base) and sends each object to the real
+// TestManifestsBuildAndPassServerSideDryRun builds every kustomization,
+// every component (on top of the base) and every example, and sends each object to the real
 // apiserver as a server-side apply dry run. Kinds whose CRDs the test
 // cluster lacks (ServiceMonitor, PrometheusRule) are decoded, and the
 // PrometheusRule's rules are checked with promtool.
@@ -50,6 +50,11 @@ func TestManifestsBuildAndPassServerSideDryRun(t *testing.T) {
 	}
 	if len(components) < 4 {
 		t.Fatalf("found %d components, want at least the pause gate, the two opt-in policies and monitoring", len(components))
+	}
+	examples, err := filepath.Glob(filepath.Join(root, "examples", "*"))
+	must(t, err)
+	for _, e := range examples {
+		builds["examples/"+filepath.Base(e)] = e
 	}
 
 	mapper := restmapper.NewDeferredDiscoveryRESTMapper(memory.NewMemCacheClient(discovery.NewDiscoveryClientForConfigOrDie(env.cluster.Config)))

@@ -83,3 +83,94 @@ metadata:
     {{- toYaml . | nindent 4 }}
   {{- end }}
 {{- end -}}
+
+{{/*
+The settings a shard of controller.shards may set for its own operator, in
+place of the controller's (a map or list as a whole).
+*/}}
+{{- define "kargo-latch.shardSettings" -}}
+replicas logLevel workers kubeApiQPS kubeApiBurst resources env args nodeSelector tolerations affinity podLabels podAnnotations
+{{- end -}}
+
+{{/*
+The names of controller.shards, validated, as a JSON list (read it with
+fromJsonArray). An entry is a shard's name, or a map with its name and its
+own settings (kargo-latch.shardSettings).
+  - A name is the value of Kargo's Stage label kargo.akuity.io/shard, so it
+    must be a label value; the chart names a Deployment and a Service after
+    it, so it must be a DNS label too, and the names must fit 63 characters.
+  - "default" is the operator's StagePause status key for the Stages
+    without the label (the main Deployment's, --default-shard): the operator
+    refuses it as a shard.
+  - Each shard has exactly one operator: no name twice.
+  - The chart sets --shard and --default-shard itself; and a Lease named in
+    controller.args would be every shard's, so that one leader would serve
+    them all: each operator names its own after its shard.
+*/}}
+{{- define "kargo-latch.shardNames" -}}
+{{- $c := .Values.controller }}
+{{- $fullname := include "kargo-latch.fullname" . }}
+{{- $allowed := include "kargo-latch.shardSettings" . | splitList " " }}
+{{- $names := list }}
+{{- range $i, $entry := $c.shards }}
+{{- $what := printf "controller.shards[%d]" $i }}
+{{- $name := $entry }}
+{{- $args := $c.args }}
+{{- if kindIs "map" $entry }}
+{{- $name = required (printf "%s has no name" $what) $entry.name }}
+{{- range $key := keys $entry | sortAlpha }}
+{{- if not (or (eq $key "name") (has $key $allowed)) }}
+{{- fail (printf "%s: a shard may set name and %s, not %s" $what (join ", " $allowed) $key) }}
+{{- end }}
+{{- end }}
+{{- if hasKey $entry "args" }}
+{{- $args = $entry.args }}
+{{- end }}
+{{- end }}
+{{- $name = toString $name }}
+{{- if not (and (le (len $name) 63) (regexMatch "^([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]$" $name)) }}
+{{- fail (printf "%s: %q is not a valid label value, so no Stage can carry it in kargo.akuity.io/shard (at most 63 letters, digits, '-', '_' or '.', beginning and ending with a letter or digit)" $what $name) }}
+{{- end }}
+{{- if not (regexMatch "^[a-z0-9]([-a-z0-9]*[a-z0-9])?$" $name) }}
+{{- fail (printf "%s: the chart names the Deployment and Service of shard %q after it, so it may hold only lowercase letters, digits and '-'" $what $name) }}
+{{- end }}
+{{- if eq $name "default" }}
+{{- fail (printf "%s: \"default\" cannot be a shard: it is kargo-latch's name for the Stages without kargo.akuity.io/shard, which the main Deployment takes (--default-shard)" $what) }}
+{{- end }}
+{{- if has $name $names }}
+{{- fail (printf "%s: shard %q is listed twice; each shard needs exactly one operator" $what $name) }}
+{{- end }}
+{{- $longest := printf "%s-%s" $fullname $name }}
+{{- if $c.metrics.enabled }}
+{{- $longest = printf "%s-metrics" $longest }}
+{{- end }}
+{{- if gt (len $longest) 63 }}
+{{- fail (printf "%s: the name %s, made from shard %q, is longer than 63 characters: shorten the shard's name or fullnameOverride" $what $longest $name) }}
+{{- end }}
+{{- range $arg := $args }}
+{{- if regexMatch "^--?(shard|default-shard)(=|$)" (toString $arg) }}
+{{- fail (printf "%s: its args hold %s; the chart sets --shard and --default-shard itself" $what $arg) }}
+{{- end }}
+{{- end }}
+{{- $names = append $names $name }}
+{{- end }}
+{{- if $names }}
+{{- range $arg := $c.args }}
+{{- if regexMatch "^--?(shard|default-shard|leader-election-id)(=|$)" (toString $arg) }}
+{{- fail (printf "controller.args holds %s, which every shard's operator would share: with controller.shards, the chart sets --shard and --default-shard, and each operator names its Lease after its shard (one Lease would elect one leader for them all; a shard's own args may name its Lease)" $arg) }}
+{{- end }}
+{{- end }}
+{{- end }}
+{{- toJson $names }}
+{{- end -}}
+
+{{/*
+Selector labels of a shard's operator: the shard, and not the main
+Deployment's app.kubernetes.io/name, because its selector (immutable, and
+the kustomize install's) would then match the shard's pods too.
+*/}}
+{{- define "kargo-latch.shardSelectorLabels" -}}
+app.kubernetes.io/name: {{ printf "%s-shard" (include "kargo-latch.name" .root) | trunc 63 | trimSuffix "-" }}
+app.kubernetes.io/instance: {{ .root.Release.Name }}
+kargo-latch.io/shard: {{ .shard | quote }}
+{{- end -}}

@@ -1,0 +1,140 @@
+{{/* vim: set filetype=mustache: */}}
+{{- /*
+One operator Deployment (manifests/base/deployment.yaml): the main one, and
+one per shard of controller.shards. Call it with a dict:
+  root: the chart's context (.)
+  name: the Deployment's name
+  what: the values that set it, for error messages ("controller", or
+        "controller.shards[N]")
+  settings: controller's values, with a shard's own settings in place
+  selectorLabels: the labels (YAML) that select its pods
+  labels: the Deployment's own labels
+  shardFlag: "--default-shard", "--shard=NAME", or "" for an unsharded install
+
+A setting's flag is written only when its value differs from the operator's
+own default, the last column below, which values.yaml shows too: a default
+install runs the same arguments as the kustomize install. Tests hold the
+three in step: the kustomize comparison (values.yaml = this column) and the
+operator's -help (this column = the operator).
+*/ -}}
+{{- define "kargo-latch.operator" -}}
+{{- $root := .root }}
+{{- $c := .settings }}
+{{- if and (gt (int $c.replicas) 1) (not $c.leaderElection.enabled) }}
+{{- fail (printf "%s.replicas above 1 needs controller.leaderElection.enabled: replicas without a leader would all reconcile" .what) }}
+{{- end }}
+{{- $flags := list }}
+{{- range $setting := list
+      (list "v" (int $c.logLevel) 0)
+      (list "workers" (int $c.workers) 8)
+      (list "kube-api-qps" $c.kubeApiQPS 200)
+      (list "kube-api-burst" (int $c.kubeApiBurst) 500)
+      (list "new-failure-window" $c.newFailureWindow "15m")
+      (list "pause-on-failure" $c.stageDefaults.pauseOnFailure false)
+      (list "latch-deadline" $c.stageDefaults.latchDeadline "30m")
+      (list "degraded-grace" $c.stageDefaults.degradedGrace "5m")
+      (list "drain-on-pause" $c.stageDefaults.drainOnPause true)
+      (list "mark-verified" $c.stageDefaults.markVerified false) }}
+{{- if ne (toString (index $setting 1)) (toString (index $setting 2)) }}
+{{- $flags = append $flags (printf "--%s=%v" (index $setting 0) (index $setting 1)) }}
+{{- end }}
+{{- end -}}
+apiVersion: apps/v1
+kind: Deployment
+{{ include "kargo-latch.metadata" (dict "root" $root "name" .name "namespace" $root.Release.Namespace "labels" .labels "annotations" $c.annotations) }}
+spec:
+  replicas: {{ $c.replicas }}
+  selector:
+    matchLabels:
+      {{- .selectorLabels | nindent 6 }}
+  template:
+    metadata:
+      labels:
+        {{- .selectorLabels | nindent 8 }}
+        {{- with (mergeOverwrite (deepCopy $root.Values.global.podLabels) ($c.podLabels | default dict)) }}
+        {{- toYaml . | nindent 8 }}
+        {{- end }}
+      {{- with (mergeOverwrite (deepCopy $root.Values.global.podAnnotations) ($c.podAnnotations | default dict)) }}
+      annotations:
+        {{- toYaml . | nindent 8 }}
+      {{- end }}
+    spec:
+      serviceAccountName: {{ include "kargo-latch.fullname" $root }}
+      {{- with $root.Values.image.pullSecrets }}
+      imagePullSecrets:
+        {{- toYaml . | nindent 8 }}
+      {{- end }}
+      {{- with ($c.securityContext | default $root.Values.global.securityContext) }}
+      securityContext:
+        {{- toYaml . | nindent 8 }}
+      {{- end }}
+      {{- with ($c.nodeSelector | default $root.Values.global.nodeSelector) }}
+      nodeSelector:
+        {{- toYaml . | nindent 8 }}
+      {{- end }}
+      {{- with ($c.tolerations | default $root.Values.global.tolerations) }}
+      tolerations:
+        {{- toYaml . | nindent 8 }}
+      {{- end }}
+      {{- with ($c.affinity | default $root.Values.global.affinity) }}
+      affinity:
+        {{- toYaml . | nindent 8 }}
+      {{- end }}
+      containers:
+      - name: kargo-latch
+        image: {{ include "kargo-latch.image" $root }}
+        {{- with $root.Values.image.pullPolicy }}
+        imagePullPolicy: {{ . }}
+        {{- end }}
+        {{- with $c.env }}
+        env:
+          {{- toYaml . | nindent 8 }}
+        {{- end }}
+        args:
+        {{- if $c.leaderElection.enabled }}
+        - --leader-elect
+        {{- end }}
+        {{- if $c.metrics.enabled }}
+        - --metrics-bind-address=:{{ $c.metrics.service.port }}
+        {{- else }}
+        - --metrics-bind-address=0
+        {{- end }}
+        - --health-probe-bind-address=:8081
+        {{- with .shardFlag }}
+        - {{ . | quote }}
+        {{- end }}
+        {{- range $flags }}
+        - {{ . }}
+        {{- end }}
+        {{- range $c.namespaces }}
+        - --namespace={{ . }}
+        {{- end }}
+        {{- range $c.args }}
+        - {{ . | quote }}
+        {{- end }}
+        ports:
+        {{- if $c.metrics.enabled }}
+        - name: metrics
+          containerPort: {{ $c.metrics.service.port }}
+        {{- end }}
+        - name: probes
+          containerPort: 8081
+        livenessProbe:
+          httpGet:
+            path: /healthz
+            port: probes
+          periodSeconds: 10
+        readinessProbe:
+          httpGet:
+            path: /readyz
+            port: probes
+          periodSeconds: 5
+        {{- with $c.resources }}
+        resources:
+          {{- toYaml . | nindent 10 }}
+        {{- end }}
+        {{- with $c.containerSecurityContext }}
+        securityContext:
+          {{- toYaml . | nindent 10 }}
+        {{- end }}
+{{- end -}}
