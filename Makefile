@@ -140,10 +140,14 @@ $(GOLANGCI_LINT):
 
 ## bench: measure reaction latency, a project-wide pause, memory, cold
 ## start and steady-state writes against baselines from the same run, and
-## print a table (docs/performance.md). BENCH_STAGES=10000 for full scale.
+## print a table (docs/performance.md). BENCH_STAGES=10000 for full scale;
+## BENCH_PROMOTIONS finished Promotions per busy Stage (Kargo keeps 20);
+## BENCH_SHARDS=2 runs one operator per shard.
 BENCH_STAGES ?= 1000
+BENCH_PROMOTIONS ?= 20
+BENCH_SHARDS ?= 0
 bench: $(APISERVER) build
-	$(GO) run ./test/bench -stages $(BENCH_STAGES)
+	$(GO) run ./test/bench -stages $(BENCH_STAGES) -promotions-per-stage $(BENCH_PROMOTIONS) -shards $(BENCH_SHARDS)
 
 ## demo: start a local test cluster, run the operator, and play a scenario.
 demo: $(APISERVER) build
