@@ -35,6 +35,15 @@ const problemLogInterval = time.Minute
 type watchedCache struct {
 	name   string
 	synced cache.InformerSynced
+	// background marks a cache whose sync does not hold back the workers
+	// or the readiness: the Promotions'. Judging a Stage needs the Stages
+	// and the pauses; of Promotions a sync needs only those queued for a
+	// late drain, which its watch events bring to the Stage anyway, and the
+	// gate-bypass judgement waits for every cache itself. Their list at
+	// start reads a row of every Promotion of the project, 20 per Stage in
+	// Kargo's default retention: waiting for it would make the cold start
+	// of a 10,000-Stage installation that of 200,000 objects.
+	background bool
 }
 
 // cacheProblems holds the last diagnosed list or watch failure of each
@@ -169,8 +178,8 @@ func (c *Controller) HasSynced() bool {
 	return true
 }
 
-// Ready returns nil once Start has seen every informer synced, else why
-// not: the diagnosed problem of each cache not synced, when there is one.
+// Ready returns nil once Start has seen every informer synced (but those
+// syncing in the background: see watchedCache), else why not: the diagnosed problem of each cache not synced, when there is one.
 // It turns ready together with kargo_latch_cache_synced. A synced cache
 // whose watch is refused (a ClusterRole with list but not watch) has
 // stopped following the API server: that is not ready either, until a watch
@@ -178,7 +187,7 @@ func (c *Controller) HasSynced() bool {
 func (c *Controller) Ready() error {
 	if c.cachesSynced.Load() {
 		if problems := c.problems.diagnosed(); len(problems) > 0 {
-			return errors.New("informer caches synced, but cannot watch: " + strings.Join(problems, "; "))
+			return errors.New("informer caches synced, but cannot list or watch: " + strings.Join(problems, "; "))
 		}
 		return nil
 	}
@@ -200,16 +209,19 @@ func (c *Controller) unsyncedProblems() string {
 	return strings.Join(slices.Compact(problems), "; ")
 }
 
-// waitForCaches waits until every informer has synced. When they have not
+// waitForCaches waits until every informer has synced (but those syncing in
+// the background, whose problems /readyz reports all the same). When they have not
 // after the configured CacheSyncTimeout and a list or watch error says why
 // (a missing CRD or right), it gives up with that reason, so the Pod
 // crash-loops visibly; with no error reported, the caches are only slow (a
 // big cluster, a loaded API server): it says so and keeps waiting.
 func (c *Controller) waitForCaches(ctx context.Context) error {
 	c.cfg.Metrics.CacheSynced.Set(0)
-	synced := make([]cache.InformerSynced, len(c.caches))
-	for i, wc := range c.caches {
-		synced[i] = wc.synced
+	var synced []cache.InformerSynced
+	for _, wc := range c.caches {
+		if !wc.background {
+			synced = append(synced, wc.synced)
+		}
 	}
 	for waited := time.Duration(0); ; waited += c.cfg.CacheSyncTimeout {
 		waitCtx, cancel := ctx, context.CancelFunc(func() {})

@@ -234,7 +234,7 @@ func (c *Controller) prepareSelected(gvr schema.GroupVersionResource, ns, select
 	if err := inf.SetWatchErrorHandlerWithContext(c.watchErrorHandler(gvr, ns, name)); err != nil {
 		return fmt.Errorf("setting an informer's watch error handler: %w", err)
 	}
-	c.caches = append(c.caches, watchedCache{name: name, synced: inf.HasSynced})
+	c.caches = append(c.caches, watchedCache{name: name, synced: inf.HasSynced, background: gvr == kargo.PromotionsResource})
 	return nil
 }
 

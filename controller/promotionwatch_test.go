@@ -343,11 +343,17 @@ func TestPromotionCacheReadiness(t *testing.T) {
 			return true
 		}
 	}
-	waitUntil(t, says("not synced", "may not list and watch promotions.kargo.akuity.io in all namespaces", `cannot list resource "promotions"`))
+	// The Promotions sync in the background (see watchedCache): the
+	// Stages and pauses are synced and the workers run, but the operator
+	// is not ready while its Promotion list is refused.
+	waitUntil(t, says("synced, but cannot list or watch", "may not list and watch promotions.kargo.akuity.io in all namespaces", `cannot list resource "promotions"`))
+	if !f.c.cachesSynced.Load() {
+		t.Error("Start waited for the Promotion cache, which syncs in the background")
+	}
 
 	refuseWatch.Store(true)
 	refuseList.Store(false)
-	waitUntil(t, says("synced, but cannot watch", `cannot watch resource "promotions"`))
+	waitUntil(t, says("synced, but cannot list or watch", `cannot watch resource "promotions"`))
 	if got := len(cachedNames(f.c, "prod")); got != 3 {
 		t.Errorf("%d cached from the list, want 3", got)
 	}

@@ -83,10 +83,10 @@ func TestWatchRefusedAfterSyncIsNotReady(t *testing.T) {
 	identity, restore := identityWithout(t, "e2e-no-stage-watch-"+ns[len(ns)-6:], "watch")
 	op := startProbed(t, identity, ns, 0)
 	problem := "kargo-latch's identity may not list and watch stages.kargo.akuity.io in namespace " + ns
-	waitFor(t, "/readyz to say the caches synced but cannot watch", func() bool {
+	waitFor(t, "/readyz to say the caches synced but cannot list or watch", func() bool {
 		code, body, err := httpGet(op.probeURL + "/readyz")
 		return err == nil && code == http.StatusServiceUnavailable &&
-			strings.Contains(string(body), "synced, but cannot watch") && strings.Contains(string(body), problem)
+			strings.Contains(string(body), "synced, but cannot list or watch") && strings.Contains(string(body), problem)
 	})
 	if got := series(scrape(t, op.metricsURL), "kargo_latch_cache_synced", nil)[""]; got != 1 {
 		t.Errorf("kargo_latch_cache_synced = %v, want 1: the list did sync", got)
