@@ -94,26 +94,32 @@ func (c *Controller) queuedAutoPromotions(ctx context.Context, pause *v1alpha1.S
 	return read.byStage[stage], nil
 }
 
-// listQueuedAutoPromotions reads a namespace's Promotions page by page and
-// keeps the queued auto-promotions, by Stage.
+// listQueuedAutoPromotions reads the Promotions of a namespace that this
+// operator's shard serves, page by page, as the Promotion cache lists them
+// (a table of their metadata, stage and phase, not 5-10 KB of steps each),
+// and keeps those a drain may owe something: the queued auto-promotions, and
+// those a drain of this operator aborted, by Stage.
 func (c *Controller) listQueuedAutoPromotions(ctx context.Context, ns string) (map[string][]*kargo.Promotion, error) {
-	client := c.cfg.Dynamic.Resource(kargo.PromotionsResource).Namespace(ns)
+	source := &promotionSource{c: c, ns: ns}
 	byStage := map[string][]*kargo.Promotion{}
-	opts := metav1.ListOptions{Limit: drainListPage}
-	for {
-		page, err := client.List(ctx, opts)
-		if err != nil {
-			return nil, fmt.Errorf("listing the project's Promotions: %w", err)
-		}
-		for i := range page.Items {
-			if p := kargo.PromotionFromUnstructured(&page.Items[i]); queuedAuto(p) || drainedFor(p) != "" {
-				byStage[p.Stage] = append(byStage[p.Stage], p)
+	for _, selector := range c.selectors {
+		opts := metav1.ListOptions{LabelSelector: selector, Limit: drainListPage}
+		for {
+			page, err := source.page(ctx, opts)
+			if err != nil {
+				return nil, fmt.Errorf("listing the project's Promotions: %w", err)
+			}
+			for _, p := range page.Items {
+				if queuedAuto(p) || drainedFor(p) != "" {
+					byStage[p.Stage] = append(byStage[p.Stage], p)
+				}
+			}
+			if opts.Continue = page.Continue; opts.Continue == "" {
+				break
 			}
 		}
-		if opts.Continue = page.GetContinue(); opts.Continue == "" {
-			return byStage, nil
-		}
 	}
+	return byStage, nil
 }
 
 // queuedAuto reports whether a drain may abort p: Kargo's own

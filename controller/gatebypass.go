@@ -123,7 +123,7 @@ func (c *Controller) watchGateBypass(obj any) {
 	if _, done := w.reported[p.UID]; done || w.queued[p.UID] {
 		return
 	}
-	if c.HasSynced() && len(c.pausesCovering(p)) == 0 {
+	if c.pausesSynced() && len(c.pausesCovering(p)) == 0 {
 		return
 	}
 	w.queued[p.UID] = true
@@ -135,6 +135,16 @@ func (c *Controller) watchGateBypass(obj any) {
 }
 
 // bypassCandidate: an auto-promotion for a Stage, young enough to judge.
+// pausesSynced reports whether every StagePause cache has synced.
+func (c *Controller) pausesSynced() bool {
+	for _, inf := range c.pauseInformers {
+		if !inf.HasSynced() {
+			return false
+		}
+	}
+	return true
+}
+
 func bypassCandidate(p *kargo.Promotion, now time.Time) bool {
 	return p.Stage != "" && p.AutoPromotion() && !p.CreationTimestamp.IsZero() &&
 		now.Sub(p.CreationTimestamp.Time) <= bypassHorizon
@@ -212,15 +222,22 @@ func (c *Controller) retryGateBypass(p *kargo.Promotion) {
 }
 
 // judgeGateBypass reports p if pauses covered its Stage when it was
-// created, and marks it reported. It first waits for the caches, however
-// long a cold start takes: a judgement needs every pause of the project.
+// created, and marks it reported. It first waits for the pauses' caches,
+// however long a cold start takes: a judgement needs every pause of the
+// project (and nothing else: the Promotions' own list, which brings most
+// candidates, may still be reading). A Promotion that has grown past
+// bypassHorizon meanwhile is not judged: its Event, if one was made, may
+// have expired, and a second would report it twice.
 func (c *Controller) judgeGateBypass(logger klog.Logger, p *kargo.Promotion) error {
-	for !c.HasSynced() {
+	for !c.pausesSynced() {
 		if c.bypass.stopped() {
 			return nil
 		}
 		// Real time, not c.clock: a fake clock must not move by this wait.
 		time.Sleep(50 * time.Millisecond)
+	}
+	if !bypassCandidate(p, c.clock.Now()) {
+		return nil
 	}
 	pauses := c.pausesCovering(p)
 	if len(pauses) == 0 {

@@ -79,11 +79,15 @@ func (c *Controller) syncPauseStatus(ctx context.Context, key cache.ObjectName) 
 // pauseStatus is the status p should have when this operator's caches show
 // it covering covered Stages. shard is this operator's key in
 // status.shards (see ShardKey); "" when unsharded: then covered is the
-// whole count, and status.shards is left as it is.
+// whole count, and status.shards goes.
 func pauseStatus(p *v1alpha1.StagePause, shard string, covered int32) *v1alpha1.StagePauseStatus {
 	want := p.Status.DeepCopy()
 	want.Stages = covered
-	if shard != "" {
+	if shard == "" {
+		// An unsharded operator serves every Stage: counts that shards
+		// left behind (an installation that stopped sharding) are stale.
+		want.Shards = nil
+	} else {
 		if covered > 0 {
 			if want.Shards == nil {
 				want.Shards = map[string]int32{}
@@ -124,6 +128,9 @@ func statusPatch(p *v1alpha1.StagePause, shard string, want *v1alpha1.StagePause
 	status := map[string]any{"since": want.Since, "stages": want.Stages, "conditions": want.Conditions}
 	patch := map[string]any{"status": status}
 	if shard == "" {
+		if len(p.Status.Shards) > 0 {
+			status["shards"] = nil
+		}
 		return patch
 	}
 	patch["metadata"] = map[string]any{"resourceVersion": p.ResourceVersion}

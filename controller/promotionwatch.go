@@ -174,7 +174,7 @@ func (s *promotionSource) list(ctx context.Context, opts metav1.ListOptions) (ru
 			out.ResourceVersion = page.ResourceVersion
 		}
 		for _, p := range page.Items {
-			if p.Terminal() {
+			if ended(p) {
 				// Not cached: this is the one look a gate bypass made while
 				// the operator was down gets.
 				s.c.watchGateBypass(p)
@@ -244,10 +244,10 @@ func (s *promotionSource) unfinishedOnly(held *heldPromotions, e watch.Event) (w
 	if e.Type == watch.Bookmark {
 		return e, true
 	}
-	ended := e.Type == watch.Deleted || p.Terminal()
-	wasHeld := held.update(promotionKey(p), ended)
+	gone := e.Type == watch.Deleted || ended(p)
+	wasHeld := held.update(promotionKey(p), gone)
 	switch {
-	case !ended:
+	case !gone:
 		return e, true
 	case wasHeld:
 		// It leaves the cache, and its Stage is synced once more.
@@ -255,7 +255,27 @@ func (s *promotionSource) unfinishedOnly(held *heldPromotions, e watch.Event) (w
 	case e.Type == watch.Added:
 		s.c.watchGateBypass(p)
 	}
-	return e, false
+	// Dropped, but its resourceVersion is passed on: most events of a
+	// project are about finished Promotions (Kargo's garbage collector),
+	// and a reflector that saw none of them would reconnect from a version
+	// the API server may have compacted away, and list everything again.
+	return watch.Event{Type: watch.Bookmark, Object: bookmarkAt(p.ResourceVersion)}, true
+}
+
+// bookmarkAt is the object of a bookmark at resourceVersion rv.
+func bookmarkAt(rv string) *kargo.Promotion {
+	b := &kargo.Promotion{}
+	b.ResourceVersion = rv
+	return b
+}
+
+// ended reports whether p is finished for the cache: finished, and not
+// aborted by a drain of this operator (kargo-latch.io/drained-by) that may
+// still owe it its line in status.drained. Those stay until Kargo's garbage
+// collector deletes them: a few per drained Stage.
+func ended(p *kargo.Promotion) bool {
+	_, drained := p.Annotations[DrainedByAnnotation]
+	return p.Terminal() && !drained
 }
 
 func promotionKey(p *kargo.Promotion) string {

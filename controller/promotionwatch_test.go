@@ -361,3 +361,32 @@ func TestPromotionCacheReadiness(t *testing.T) {
 	refuseWatch.Store(false)
 	waitUntil(t, func() bool { return f.c.Ready() == nil })
 }
+
+// A finished Promotion that a drain of this operator aborted
+// (kargo-latch.io/drained-by) stays cached: the drain may still owe it its
+// line in status.drained, and a restart must find it (drainFor).
+func TestPromotionAbortedByADrainStaysCached(t *testing.T) {
+	aborted := promotionObject("prod.90005.drained", "prod", "Aborted", time.Now())
+	aborted.SetAnnotations(map[string]string{kargo.AbortAnnotation: "terminate", DrainedByAnnotation: "hold-uid"})
+	f := newFixtureWith(t, false, nil, append(projectHistory(10), aborted)...)
+	waitUntil(t, f.c.HasSynced)
+	if got := cachedNames(f.c, "prod"); !slices.Contains(got, "prod.90005.drained") {
+		t.Errorf("cached %v, want the drained Promotion among them", got)
+	}
+}
+
+// An event of a finished Promotion the cache does not hold is passed on as
+// a bookmark at its resourceVersion, so that the reflector's version moves
+// on with the project's events (most of them about finished Promotions).
+func TestDroppedPromotionEventMovesTheResourceVersion(t *testing.T) {
+	s := &promotionSource{c: &Controller{cfg: Config{DryRun: true}, bypass: newBypassWatch()}}
+	finished := promotionObject("prod.1.done", "prod", "Succeeded", time.Now().Add(-2*time.Hour))
+	finished.SetResourceVersion("4242")
+	e, keep := s.unfinishedOnly(&heldPromotions{keys: map[string]bool{}}, watch.Event{Type: watch.Modified, Object: finished})
+	if !keep || e.Type != watch.Bookmark {
+		t.Fatalf("event %v kept %v, want a bookmark", e.Type, keep)
+	}
+	if rv := e.Object.(*kargo.Promotion).ResourceVersion; rv != "4242" {
+		t.Errorf("bookmark at %q, want 4242", rv)
+	}
+}

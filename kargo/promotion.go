@@ -11,8 +11,6 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/rest"
-
-	"github.com/kargo-latch/kargo-latch/latch"
 )
 
 // Promotion is the part of a Kargo Promotion that kargo-latch reads.
@@ -41,13 +39,16 @@ func (p *Promotion) AutoPromotion() bool {
 }
 
 // Terminal reports whether p has ended: Succeeded, Failed, Errored or
-// Aborted. Kargo never moves a Promotion out of these phases.
+// Aborted, or any phase Kargo does not define yet; Kargo never moves a
+// Promotion out of these.
 func (p *Promotion) Terminal() bool {
-	switch latch.PromotionPhase(p.Phase) {
-	case latch.PromotionSucceeded, latch.PromotionFailed, latch.PromotionErrored, latch.PromotionAborted:
-		return true
+	// The unfinished phases are named, not the finished ones: a finished
+	// phase that a later Kargo adds must not be cached for ever.
+	switch p.Phase {
+	case "", "Pending", "Running":
+		return false
 	}
-	return false
+	return true
 }
 
 // PromotionList is a list of Promotions in the mirror's form.

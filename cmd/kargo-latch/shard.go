@@ -26,6 +26,11 @@ func validateShard(shard string) error {
 	if shard == defaultShardKey {
 		return fmt.Errorf("--shard %q is refused: %q counts the Stages without a shard label in StagePause status (use --default-shard for those)", shard, defaultShardKey)
 	}
+	if shard == "dry-run" || strings.HasPrefix(shard, "dry-run-") {
+		// Its Lease, kargo-latch-<shard>, would be a dry run's
+		// (kargo-latch-dry-run[-<shard>]): a shadow could take it.
+		return fmt.Errorf("--shard %q is refused: its Lease would be a --dry-run operator's; name the shard otherwise", shard)
+	}
 	return nil
 }
 
