@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -100,13 +101,19 @@ func newLoggedFixture(t *testing.T, setup func(*fixture), objects ...*unstructur
 // unlabeledCounter reads an unlabeled counter from reg.
 func unlabeledCounter(t *testing.T, reg *prometheus.Registry, name string) float64 {
 	t.Helper()
+	return scalarMetric(t, reg, name, func(m *dto.Metric) float64 { return m.GetCounter().GetValue() })
+}
+
+// scalarMetric reads the value of an unlabeled metric of reg.
+func scalarMetric(t *testing.T, reg *prometheus.Registry, name string, value func(*dto.Metric) float64) float64 {
+	t.Helper()
 	mfs, err := reg.Gather()
 	if err != nil {
 		t.Fatal(err)
 	}
 	for _, mf := range mfs {
 		if mf.GetName() == name {
-			return mf.GetMetric()[0].GetCounter().GetValue()
+			return value(mf.GetMetric()[0])
 		}
 	}
 	t.Fatalf("no metric %s", name)

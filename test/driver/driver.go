@@ -338,27 +338,32 @@ var ulidState = struct {
 // promotionName builds a name in the form Kargo's webhook gives Promotions:
 // <stage>.<ulid>.<first 7 of freight>, lowercase, ULIDs increasing.
 func promotionName(stage, freight string) string {
-	const crockford = "0123456789abcdefghjkmnpqrstvwxyz"
 	ulidState.Lock()
 	defer ulidState.Unlock()
 	for {
-		ms := uint64(time.Now().UnixMilli())
-		var b [26]byte
-		for i := 9; i >= 0; i-- {
-			b[i] = crockford[ms&31]
-			ms >>= 5
-		}
-		rnd := make([]byte, 16)
-		_, _ = rand.Read(rnd)
-		for i := 10; i < 26; i++ {
-			b[i] = crockford[rnd[i-10]&31]
-		}
-		id := string(b[:])
-		if id > ulidState.last {
+		if id := ulidAt(time.Now()); id > ulidState.last {
 			ulidState.last = id
 			return fmt.Sprintf("%s.%s.%s", stage, id, freight[:7])
 		}
 	}
+}
+
+// ulidAt is a lowercase ULID of time at: its milliseconds, then 80 random
+// bits, in Crockford's base 32.
+func ulidAt(at time.Time) string {
+	const crockford = "0123456789abcdefghjkmnpqrstvwxyz"
+	var b [26]byte
+	ms := uint64(at.UnixMilli())
+	for i := 9; i >= 0; i-- {
+		b[i] = crockford[ms&31]
+		ms >>= 5
+	}
+	rnd := make([]byte, 16)
+	_, _ = rand.Read(rnd)
+	for i := 10; i < 26; i++ {
+		b[i] = crockford[rnd[i-10]&31]
+	}
+	return string(b[:])
 }
 
 func newUUID() string {

@@ -2,7 +2,6 @@ package driver
 
 import (
 	"context"
-	"crypto/rand"
 	"crypto/sha1" //nolint:gosec // Kargo derives Freight collection IDs with SHA-1
 	"encoding/hex"
 	"encoding/json"
@@ -484,17 +483,5 @@ func jsonSize(u *unstructured.Unstructured) int64 {
 // ULID was made at a given time: <stage>.<ulid>.<first 7 of freight>.
 // promotionName makes them now, increasing; these lie in the past.
 func promotionNameAt(stage, freight string, at time.Time) string {
-	const crockford = "0123456789abcdefghjkmnpqrstvwxyz"
-	var b [26]byte
-	ms := uint64(at.UnixMilli())
-	for i := 9; i >= 0; i-- {
-		b[i] = crockford[ms&31]
-		ms >>= 5
-	}
-	rnd := make([]byte, 16)
-	_, _ = rand.Read(rnd)
-	for i := 10; i < 26; i++ {
-		b[i] = crockford[rnd[i-10]&31]
-	}
-	return fmt.Sprintf("%s.%s.%s", stage, b[:], freight[:7])
+	return fmt.Sprintf("%s.%s.%s", stage, ulidAt(at), freight[:7])
 }
