@@ -38,8 +38,10 @@ type watchedCache struct {
 	// background marks a cache whose sync does not hold back the workers
 	// or the readiness: the Promotions'. Judging a Stage needs the Stages
 	// and the pauses; of Promotions a sync needs only those queued for a
-	// late drain, which its watch events bring to the Stage anyway, and the
-	// gate-bypass judgement waits for every cache itself. Their list at
+	// late drain, which the list's own events bring to the Stage anyway, and
+	// the gate-bypass judgement waits for the Stages and pauses itself. A
+	// list that keeps failing makes the operator not ready after
+	// CacheSyncTimeout (backgroundStalled). Their list at
 	// start reads a row of every Promotion of the project, 20 per Stage in
 	// Kargo's default retention: waiting for it would make the cold start
 	// of a 10,000-Stage installation that of 200,000 objects.
@@ -168,6 +170,38 @@ func statusMessage(err error) string {
 	return err.Error()
 }
 
+// foregroundSynced reports whether every informer but those syncing in the
+// background has synced: the Stages' and the StagePauses'.
+func (c *Controller) foregroundSynced() bool {
+	for _, wc := range c.caches {
+		if !wc.background && !wc.synced() {
+			return false
+		}
+	}
+	return true
+}
+
+// backgroundStalled names the background caches that have not synced
+// CacheSyncTimeout after the others did and report a list or watch error,
+// diagnosed or not: a Promotion list that keeps failing (a 429, a 500, a
+// continue token expired after hundreds of pages) leaves the late drain and
+// the gate-bypass judgement of Promotions made while the operator was down
+// without their input.
+func (c *Controller) backgroundStalled() []string {
+	at := c.foregroundSyncedAt.Load()
+	if at == nil || c.cfg.CacheSyncTimeout == 0 || c.clock.Since(*at) < c.cfg.CacheSyncTimeout {
+		return nil
+	}
+	var out []string
+	for _, wc := range c.caches {
+		if text := c.problems.of(wc.name); wc.background && text != "" && !wc.synced() {
+			out = append(out, text)
+		}
+	}
+	slices.Sort(out)
+	return slices.Compact(out)
+}
+
 // HasSynced reports whether every informer has synced.
 func (c *Controller) HasSynced() bool {
 	for _, wc := range c.caches {
@@ -188,6 +222,9 @@ func (c *Controller) Ready() error {
 	if c.cachesSynced.Load() {
 		if problems := c.problems.diagnosed(); len(problems) > 0 {
 			return errors.New("informer caches synced, but cannot list or watch: " + strings.Join(problems, "; "))
+		}
+		if stalled := c.backgroundStalled(); len(stalled) > 0 {
+			return errors.New("informer caches synced, but the Promotions' cannot list: " + strings.Join(stalled, "; "))
 		}
 		return nil
 	}
@@ -232,6 +269,8 @@ func (c *Controller) waitForCaches(ctx context.Context) error {
 		cancel()
 		if ok {
 			c.cfg.Metrics.CacheSynced.Set(1)
+			now := c.clock.Now()
+			c.foregroundSyncedAt.Store(&now)
 			c.cachesSynced.Store(true)
 			return nil
 		}

@@ -57,10 +57,11 @@ func newStageStates(c *Controller) *stageStates {
 }
 
 // all yields the state of every cached Stage that has a usable record. It
-// yields nothing until the caches are synced: a Stage's record without its
-// pauses would tell half the truth.
+// yields nothing until the Stage and pause caches are synced: a Stage's
+// record without its pauses would tell half the truth. (The Promotions'
+// cache, which syncs in the background, plays no part in it.)
 func (s *stageStates) all(yield func(metrics.StageState) bool) {
-	if !s.c.HasSynced() {
+	if !s.c.foregroundSynced() {
 		return
 	}
 	s.mu.Lock()

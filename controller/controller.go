@@ -107,7 +107,8 @@ type Controller struct {
 	informers          []cache.SharedIndexInformer
 	caches             []watchedCache
 	problems           cacheProblems
-	cachesSynced       atomic.Bool  // Start saw every cache synced
+	cachesSynced       atomic.Bool // Start saw every cache synced
+	foregroundSyncedAt atomic.Pointer[time.Time]
 	bypass             *bypassWatch // gate bypasses seen (gatebypass.go)
 }
 

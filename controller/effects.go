@@ -154,8 +154,8 @@ func abortAsked(p *kargo.Promotion) bool {
 	return asked
 }
 
-// cachedPromotions lists the unfinished Promotions the caches hold for the
-// Stage (finished ones are never cached: promotionwatch.go).
+// cachedPromotions lists the Promotions the caches hold for the Stage: the
+// unfinished ones, and those a drain aborted (promotionwatch.go).
 func (c *Controller) cachedPromotions(stage *kargo.Stage) []*kargo.Promotion {
 	var out []*kargo.Promotion
 	for _, inf := range c.promotionInformersFor(stage.Namespace) {

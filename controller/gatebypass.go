@@ -46,7 +46,7 @@ const ReasonGateBypassed = "GateBypassed"
 // (promotionwatch.go): each row of its list, which after a restart shows
 // what was made while the operator was down (promotions take seconds, so
 // such a bypass has usually finished), and each event after it. Only the
-// unfinished ones are kept in the cache; the once-only Event, not the cache,
+// unfinished ones (and those a drain aborted) are kept in the cache; the once-only Event, not the cache,
 // keeps a Promotion from being reported twice.
 //
 // Every replica judges (the informers run on standbys too), so a bypass
@@ -134,8 +134,8 @@ func (c *Controller) watchGateBypass(obj any) {
 	}
 }
 
-// bypassCandidate: an auto-promotion for a Stage, young enough to judge.
-// pausesSynced reports whether every StagePause cache has synced.
+// pausesSynced reports whether every StagePause cache has synced: enough to
+// dismiss a Promotion no pause covered.
 func (c *Controller) pausesSynced() bool {
 	for _, inf := range c.pauseInformers {
 		if !inf.HasSynced() {
@@ -145,6 +145,7 @@ func (c *Controller) pausesSynced() bool {
 	return true
 }
 
+// bypassCandidate: an auto-promotion for a Stage, young enough to judge.
 func bypassCandidate(p *kargo.Promotion, now time.Time) bool {
 	return p.Stage != "" && p.AutoPromotion() && !p.CreationTimestamp.IsZero() &&
 		now.Sub(p.CreationTimestamp.Time) <= bypassHorizon
@@ -222,14 +223,14 @@ func (c *Controller) retryGateBypass(p *kargo.Promotion) {
 }
 
 // judgeGateBypass reports p if pauses covered its Stage when it was
-// created, and marks it reported. It first waits for the pauses' caches,
-// however long a cold start takes: a judgement needs every pause of the
-// project (and nothing else: the Promotions' own list, which brings most
-// candidates, may still be reading). A Promotion that has grown past
+// created, and marks it reported. It first waits for the Stage and pause
+// caches, however long a cold start takes: a judgement needs every pause of
+// the project, and its Event the Stage's UID (not the Promotions' own list,
+// which brings most candidates and may still be reading). A Promotion that has grown past
 // bypassHorizon meanwhile is not judged: its Event, if one was made, may
 // have expired, and a second would report it twice.
 func (c *Controller) judgeGateBypass(logger klog.Logger, p *kargo.Promotion) error {
-	for !c.pausesSynced() {
+	for !c.foregroundSynced() {
 		if c.bypass.stopped() {
 			return nil
 		}

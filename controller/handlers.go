@@ -37,7 +37,7 @@ func sameView(a, b *kargo.Stage) bool {
 
 // updatePromotion enqueues the Promotion's Stage on a change. A resync (the
 // informer hands the cached object as both old and new; only unfinished
-// Promotions are cached) only looks again for a gate bypass: resyncing
+// Promotions, and those a drain aborted, are cached) only looks again for a gate bypass: resyncing
 // every cached Promotion's Stage would sync every busy Stage in a burst
 // each Resync, delaying every reaction behind it.
 func (c *Controller) updatePromotion(oldObj, newObj any) {

@@ -29,7 +29,8 @@ import (
 // Promotions and 1-2 GB of JSON to list at every start.
 //
 // So each namespace (and shard selector) has an informer whose list and
-// watch hand it only the unfinished Promotions (Pending or Running):
+// watch hand it only the unfinished Promotions (Pending or Running), and
+// those a drain of this operator aborted (see ended):
 //   - its list pages through the namespace's Promotions as a server-side
 //     table of their metadata, stage and phase (kargo.ListPromotionTable:
 //     2.0 KB a Promotion of the bench's shape, 8.4 KB whole), looks at each
@@ -37,8 +38,9 @@ import (
 //     with the snapshot's resourceVersion;
 //   - its watch, from that resourceVersion, passes the unfinished
 //     Promotions' events, turns a Promotion's end into its delete (its
-//     Stage is synced once more, and it leaves the cache), and drops the
-//     events of Promotions that had ended already.
+//     Stage is synced once more, and it leaves the cache), and passes the
+//     events of Promotions that had ended already on as bookmarks at their
+//     resourceVersion.
 //
 // The informer's store, indexed by Stage, thus holds each unfinished
 // Promotion's few fields (kargo.Promotion), and kargo_latch_promotions_cached

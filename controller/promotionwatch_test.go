@@ -2,6 +2,7 @@ package controller
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -21,9 +22,13 @@ import (
 	dynamicfake "k8s.io/client-go/dynamic/fake"
 	kubefake "k8s.io/client-go/kubernetes/fake"
 	k8stesting "k8s.io/client-go/testing"
+	"k8s.io/client-go/tools/record"
+	"k8s.io/klog/v2"
+	"k8s.io/klog/v2/ktesting"
 
 	"github.com/kargo-latch/kargo-latch/api/v1alpha1"
 	"github.com/kargo-latch/kargo-latch/kargo"
+	"github.com/kargo-latch/kargo-latch/latch"
 	"github.com/kargo-latch/kargo-latch/metrics"
 )
 
@@ -380,4 +385,41 @@ func TestDroppedPromotionEventMovesTheResourceVersion(t *testing.T) {
 	if rv := e.Object.(*kargo.Promotion).ResourceVersion; rv != "4242" {
 		t.Errorf("bookmark at %q, want 4242", rv)
 	}
+}
+
+// A Promotion list that keeps failing with an error nobody can diagnose (a
+// 500 here) does not hold back the start, but makes the operator not ready
+// once it has failed for CacheSyncTimeout after the other caches synced.
+func TestStalledPromotionListIsNotReady(t *testing.T) {
+	logger, ctx := ktesting.NewTestContext(t)
+	client := newFakeDynamic(asObjects(projectHistory(2))...)
+	client.PrependReactor("list", "promotions", func(k8stesting.Action) (bool, runtime.Object, error) {
+		return true, nil, apierrors.NewInternalError(errors.New("etcd is having a bad day"))
+	})
+	c, err := New(Config{
+		Dynamic: client, Kube: kubefake.NewClientset(), Recorder: record.NewFakeRecorder(100),
+		Defaults:         latch.Settings{LatchDeadline: time.Minute, DegradedGrace: time.Minute},
+		Metrics:          metrics.New(prometheus.NewRegistry(), "test"),
+		CacheSyncTimeout: 300 * time.Millisecond,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(klog.NewContext(ctx, logger))
+	defer cancel()
+	if err := c.Start(ctx); err != nil {
+		t.Fatalf("Start waited for the Promotions' cache: %v", err)
+	}
+	waitUntil(t, func() bool {
+		err := c.Ready()
+		return err != nil && strings.Contains(err.Error(), "the Promotions' cannot list") && strings.Contains(err.Error(), "etcd is having a bad day")
+	})
+}
+
+func asObjects(us []*unstructured.Unstructured) []runtime.Object {
+	out := make([]runtime.Object, len(us))
+	for i, u := range us {
+		out[i] = u
+	}
+	return out
 }

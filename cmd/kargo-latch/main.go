@@ -121,6 +121,9 @@ func parseFlags(args []string) (*options, error) {
 		return nil, err
 	}
 	if !flagSet(fs, "leader-election-id") {
+		if err := validateShardLease(o.shard); err != nil {
+			return nil, err
+		}
 		o.leaderID = leaseName(o.dryRun, o.shard)
 		if errs := validation.IsDNS1123Subdomain(o.leaderID); len(errs) > 0 {
 			return nil, fmt.Errorf("--shard %q makes the Lease name %q, which is not a valid object name (%s); give the Lease's name with --leader-election-id",

@@ -67,8 +67,8 @@ func TestParseShardFlags(t *testing.T) {
 		"too long":           {[]string{"--shard", strings.Repeat("a", 64)}, "not a valid value"},
 		"no Lease name":      {[]string{"--shard", "EU_West"}, "--leader-election-id"},
 		"default, lease set": {[]string{"--shard", "default", "--leader-election-id", "mine"}, "--default-shard"},
-		"a dry run's Lease":  {[]string{"--shard", "dry-run"}, "--dry-run operator's"},
-		"a dry run's, too":   {[]string{"--shard", "dry-run-eu"}, "--dry-run operator's"},
+		"a dry run's Lease":  {[]string{"--shard", "dry-run"}, "Lease of a --dry-run operator"},
+		"a dry run's, too":   {[]string{"--shard", "dry-run-eu"}, "Lease of a --dry-run operator"},
 	} {
 		t.Run(name, func(t *testing.T) {
 			_, err := parseFlags(tc.args)

@@ -26,11 +26,6 @@ func validateShard(shard string) error {
 	if shard == defaultShardKey {
 		return fmt.Errorf("--shard %q is refused: %q counts the Stages without a shard label in StagePause status (use --default-shard for those)", shard, defaultShardKey)
 	}
-	if shard == "dry-run" || strings.HasPrefix(shard, "dry-run-") {
-		// Its Lease, kargo-latch-<shard>, would be a dry run's
-		// (kargo-latch-dry-run[-<shard>]): a shadow could take it.
-		return fmt.Errorf("--shard %q is refused: its Lease would be a --dry-run operator's; name the shard otherwise", shard)
-	}
 	return nil
 }
 
@@ -60,4 +55,14 @@ func stagesServed(shard string, defaultShard bool) string {
 		return "without the label " + kargo.ShardLabel
 	}
 	return "all"
+}
+
+// validateShardLease refuses a shard whose default Lease, kargo-latch-<shard>,
+// would be a dry run's (kargo-latch-dry-run[-<shard>]): a shadow could take
+// it. A Lease named with --leader-election-id clashes with nothing.
+func validateShardLease(shard string) error {
+	if shard == "dry-run" || strings.HasPrefix(shard, "dry-run-") {
+		return fmt.Errorf("--shard %q makes the Lease of a --dry-run operator; name the shard otherwise, or give the Lease's name with --leader-election-id", shard)
+	}
+	return nil
 }
