@@ -219,7 +219,7 @@ func (c *Controller) HasSynced() bool {
 // stopped following the API server: that is not ready either, until a watch
 // opens again.
 func (c *Controller) Ready() error {
-	if c.cachesSynced.Load() {
+	if c.foregroundSyncedAt.Load() != nil {
 		if problems := c.problems.diagnosed(); len(problems) > 0 {
 			return errors.New("informer caches synced, but cannot list or watch: " + strings.Join(problems, "; "))
 		}
@@ -271,7 +271,6 @@ func (c *Controller) waitForCaches(ctx context.Context) error {
 			c.cfg.Metrics.CacheSynced.Set(1)
 			now := c.clock.Now()
 			c.foregroundSyncedAt.Store(&now)
-			c.cachesSynced.Store(true)
 			return nil
 		}
 		if ctx.Err() != nil {

@@ -107,9 +107,13 @@ type Controller struct {
 	informers          []cache.SharedIndexInformer
 	caches             []watchedCache
 	problems           cacheProblems
-	cachesSynced       atomic.Bool // Start saw every cache synced
+	// foregroundSyncedAt is when Start saw the caches synced (but those
+	// syncing in the background: see watchedCache); nil until then.
 	foregroundSyncedAt atomic.Pointer[time.Time]
-	bypass             *bypassWatch // gate bypasses seen (gatebypass.go)
+	// promotionsWhole is set once the server's table of Promotions proved
+	// unusable (kargo.ErrNoPromotionTable): pages are read whole from then on.
+	promotionsWhole atomic.Bool
+	bypass          *bypassWatch // gate bypasses seen (gatebypass.go)
 }
 
 // workQueues are the queues of one leadership term.

@@ -100,12 +100,11 @@ func (c *Controller) queuedAutoPromotions(ctx context.Context, pause *v1alpha1.S
 // and keeps those a drain may owe something: the queued auto-promotions, and
 // those a drain of this operator aborted, by Stage.
 func (c *Controller) listQueuedAutoPromotions(ctx context.Context, ns string) (map[string][]*kargo.Promotion, error) {
-	source := &promotionSource{c: c, ns: ns}
 	byStage := map[string][]*kargo.Promotion{}
 	for _, selector := range c.selectors {
 		opts := metav1.ListOptions{LabelSelector: selector, Limit: drainListPage}
 		for {
-			page, err := source.page(ctx, opts)
+			page, err := c.promotionPage(ctx, ns, opts)
 			if err != nil {
 				return nil, fmt.Errorf("listing the project's Promotions: %w", err)
 			}

@@ -132,9 +132,6 @@ type promotionSource struct {
 	// watch stopped for the relist, whose last event may still be on its
 	// way through unfinishedOnly, cannot change the new one.
 	held atomic.Pointer[heldPromotions]
-	// wholeObjects is set once the server's table of Promotions proved
-	// unusable (kargo.ErrNoPromotionTable): pages are read whole from then on.
-	wholeObjects atomic.Bool
 }
 
 // heldPromotions are the keys of the unfinished Promotions handed to an
@@ -168,7 +165,7 @@ func (s *promotionSource) list(ctx context.Context, opts metav1.ListOptions) (ru
 	out := &kargo.PromotionList{TypeMeta: metav1.TypeMeta{APIVersion: kargo.GroupVersion.String(), Kind: "PromotionList"}}
 	held := &heldPromotions{keys: map[string]bool{}}
 	for {
-		page, err := s.page(ctx, read)
+		page, err := s.c.promotionPage(ctx, s.ns, read)
 		if err != nil {
 			return nil, err
 		}
@@ -193,20 +190,24 @@ func (s *promotionSource) list(ctx context.Context, opts metav1.ListOptions) (ru
 	return out, nil
 }
 
-// page reads one page of Promotions: as a table when the operator has a
-// REST client of Kargo's API group, else (or when the server's table lacks
-// Kargo's columns) whole, through the dynamic client.
-func (s *promotionSource) page(ctx context.Context, opts metav1.ListOptions) (*kargo.PromotionPage, error) {
-	if client := s.c.cfg.StageClient; client != nil && !s.wholeObjects.Load() {
-		page, err := kargo.ListPromotionTable(ctx, client, s.ns, opts)
+// promotionPage reads one page of the Promotions of ns: as a table when
+// the operator has a REST client of Kargo's API group, else (or once the
+// server's table proved to lack Kargo's columns: the CRD is the same for
+// every namespace, so one operator-wide flag, said once) whole, through the
+// dynamic client. The Promotion caches' lists and the drain's shared read
+// both page through it.
+func (c *Controller) promotionPage(ctx context.Context, ns string, opts metav1.ListOptions) (*kargo.PromotionPage, error) {
+	if client := c.cfg.StageClient; client != nil && !c.promotionsWhole.Load() {
+		page, err := kargo.ListPromotionTable(ctx, client, ns, opts)
 		if !errors.Is(err, kargo.ErrNoPromotionTable) && !apierrors.IsNotAcceptable(err) {
 			return page, err
 		}
-		s.wholeObjects.Store(true)
-		klog.FromContext(ctx).Info("The API server lists Promotions without Kargo's Stage and Phase columns; reading them whole, a page at a time",
-			"namespace", s.ns, "err", err)
+		if c.promotionsWhole.CompareAndSwap(false, true) {
+			klog.FromContext(ctx).Info("The API server lists Promotions without Kargo's Stage and Phase columns; reading them whole, a page at a time",
+				"namespace", ns, "err", err)
+		}
 	}
-	list, err := s.c.cfg.Dynamic.Resource(kargo.PromotionsResource).Namespace(s.ns).List(ctx, opts)
+	list, err := c.cfg.Dynamic.Resource(kargo.PromotionsResource).Namespace(ns).List(ctx, opts)
 	if err != nil {
 		return nil, err
 	}

@@ -343,7 +343,7 @@ func TestPromotionCacheReadiness(t *testing.T) {
 	// Stages and pauses are synced and the workers run, but the operator
 	// is not ready while its Promotion list is refused.
 	waitUntil(t, says("synced, but cannot list or watch", "may not list and watch promotions.kargo.akuity.io in all namespaces", `cannot list resource "promotions"`))
-	if !f.c.cachesSynced.Load() {
+	if f.c.foregroundSyncedAt.Load() == nil {
 		t.Error("Start waited for the Promotion cache, which syncs in the background")
 	}
 

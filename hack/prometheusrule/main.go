@@ -66,14 +66,7 @@ func render(rules []byte) ([]byte, error) {
 		},
 		"spec": spec,
 	}
-	body, err := yaml.Marshal(obj)
-	if err != nil {
-		return nil, err
-	}
-	var b bytes.Buffer
-	fmt.Fprintf(&b, "# Generated from %s by `make generate`. Do not edit.\n", source)
-	b.Write(body)
-	return b.Bytes(), nil
+	return generated(obj)
 }
 
 // renderChartRules writes the rules as the chart's PrometheusRule spec,
@@ -83,7 +76,12 @@ func renderChartRules(rules []byte) ([]byte, error) {
 	if err != nil {
 		return nil, err
 	}
-	body, err := yaml.Marshal(spec)
+	return generated(spec)
+}
+
+// generated is v as YAML under the header that says where it comes from.
+func generated(v any) ([]byte, error) {
+	body, err := yaml.Marshal(v)
 	if err != nil {
 		return nil, err
 	}
