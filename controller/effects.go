@@ -30,9 +30,10 @@ import (
 // Stage's label: a pause would cost three round trips to the API server
 // instead of two (the StagePause, then the label). Either order survives a
 // crash or a refused write: the drain is idempotent, so a sync whose store
-// failed repeats it; and a record stored without its drain (a crash, an
-// abort refused) is a paused Stage, whose syncs drain every queued
-// auto-promotion the cache shows, which after a restart is all of them.
+// failed repeats it; a record stored without its drain is a paused Stage,
+// whose syncs read live again until a live drain succeeds (a refused read
+// or abort), or, after a restart, drain every queued auto-promotion the
+// cache shows, which is all of them once its list is read.
 // (A failure's pause is made before either, in syncStage; the StagePaused
 // Event beside the store, in announce.)
 func (c *Controller) drainAlong(ctx context.Context, stage *kargo.Stage, m *memo, settings latch.Settings, pauses []*v1alpha1.StagePause, res latch.Result) (wait func() error) {
