@@ -103,7 +103,7 @@ func TestRefusedStagePausedEventIsMadeOnRetry(t *testing.T) {
 	if len(r.Pauses) != 1 || r.PausedBy == nil || r.PausedBy.Name != r.Pauses[0] {
 		t.Errorf("record pauses %v, pausedBy %+v; want the failure's pause in both", r.Pauses, r.PausedBy)
 	}
-	time.Sleep(300 * time.Millisecond)
+	f.idle()
 	if n := len(f.stagePausedEvents()); n != 1 || refused.Load() != 2 {
 		t.Errorf("%d StagePaused Events after %d creates, want 1 after 2 (one refused)", n, refused.Load())
 	}
@@ -152,7 +152,7 @@ func TestRestartedReplicaDoesNotAnnounceTwice(t *testing.T) {
 			f.kube.ClearActions()
 		}, stage, pause)
 		waitUntil(t, func() bool { return f.kubeActions("create") == 1 })
-		time.Sleep(300 * time.Millisecond)
+		f.idle()
 		if n := len(f.stagePausedEvents()); n != 1 || f.kubeActions("create") != 1 {
 			t.Errorf("%d StagePaused Events after %d creates, want the Event %s alone, found by one create", n, f.kubeActions("create"), existing.Name)
 		}
@@ -161,7 +161,7 @@ func TestRestartedReplicaDoesNotAnnounceTwice(t *testing.T) {
 		stage, pause := pausedStage(2 * announceWithin)
 		f := newFixtureWith(t, false, nil, stage, pause)
 		waitUntil(t, func() bool { return f.syncs() > 0 })
-		time.Sleep(300 * time.Millisecond)
+		f.idle()
 		if n := len(f.kube.Actions()); n != 0 {
 			t.Errorf("%d requests for Events, want none: %v", n, f.kube.Actions())
 		}

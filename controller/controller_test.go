@@ -88,6 +88,8 @@ func startFixture(t *testing.T, dryRun bool, setup func(*fixture), logger klog.L
 		Defaults: latch.Settings{LatchDeadline: time.Minute, DegradedGrace: time.Minute},
 		DryRun:   dryRun,
 		Metrics:  metrics.New(f.reg, "test"),
+		// For idle: the queues' adds and finished work.
+		QueueMetrics: metrics.NewWorkqueueProvider(f.reg),
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -152,6 +154,50 @@ func (f *fixture) syncs() uint64 {
 	return 0
 }
 
+// idleMoment is how long the controller's work must stay unchanged for it
+// to count as idle: a sync retried after a write conflict waits some
+// milliseconds outside the queue, and a watch event is delivered within
+// the moment.
+const idleMoment = 300 * time.Millisecond
+
+// idle waits until the controller has nothing queued or being synced, its
+// work unchanged for idleMoment, as the e2e suite's waitIdle: every change
+// it was told of before is then handled. A check that nothing happened
+// follows a proof that the input was seen, then this; never a fixed sleep.
+func (f *fixture) idle() {
+	f.t.Helper()
+	type work struct{ syncs, queuedIn, queuedOut float64 }
+	read := func() work {
+		var w work
+		mfs, err := f.reg.Gather()
+		if err != nil {
+			f.t.Fatal(err)
+		}
+		for _, mf := range mfs {
+			for _, m := range mf.GetMetric() {
+				switch mf.GetName() {
+				case "kargo_latch_reconcile_duration_seconds":
+					w.syncs += float64(m.GetHistogram().GetSampleCount())
+				case "kargo_latch_workqueue_adds_total":
+					w.queuedIn += m.GetCounter().GetValue()
+				case "kargo_latch_workqueue_work_duration_seconds":
+					w.queuedOut += float64(m.GetHistogram().GetSampleCount())
+				}
+			}
+		}
+		return w
+	}
+	last, since := work{syncs: -1}, time.Now() // no read is like this one
+	waitUntil(f.t, func() bool {
+		w := read()
+		if w.queuedIn != w.queuedOut || w != last {
+			last, since = w, time.Now()
+			return false
+		}
+		return time.Since(since) >= idleMoment
+	})
+}
+
 // waitEvent waits for an Event starting with prefix, passing over others.
 func (f *fixture) waitEvent(prefix string) string {
 	f.t.Helper()
@@ -213,7 +259,7 @@ func TestDryRunWritesNothingButReports(t *testing.T) {
 	f := newFixture(t, true, healthyStage("prod", map[string]any{LatchDeadlineAnnotation: "soon"}))
 	f.waitEvent("Warning InvalidConfig")
 	f.waitEvent("Normal HealthLatched")
-	time.Sleep(200 * time.Millisecond)
+	f.idle()
 	if n := f.patches.Load(); n != 0 {
 		t.Errorf("dry run patched %d times, want 0", n)
 	}

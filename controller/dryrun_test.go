@@ -3,7 +3,6 @@ package controller
 import (
 	"strings"
 	"testing"
-	"time"
 
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 
@@ -36,7 +35,7 @@ func TestDryRunReportsPausesAndDrains(t *testing.T) {
 	if msg := f.waitEvent("Normal PromotionDrained"); !strings.Contains(msg, "Dry run: would abort 1 queued auto-promotion(s) as StagePause hold takes effect: prod.queued") {
 		t.Errorf("dry-run drain report: %s", msg)
 	}
-	time.Sleep(200 * time.Millisecond)
+	f.idle()
 	for _, a := range f.client.Actions() {
 		if v := a.GetVerb(); v != "get" && v != "list" && v != "watch" {
 			t.Errorf("dry run wrote: %s %s", v, a.GetResource().Resource)

@@ -22,8 +22,8 @@ import (
 // markRetryAfter is how long a Stage waits to try marking again after the
 // operator was refused the right: an administrator may install the
 // mark-verified component meanwhile, and there is no event to wait for.
-// Other errors (a conflict with Kargo writing the Freight, an outage) are
-// retried sooner, with backoff up to it.
+// Other errors (an outage) are retried sooner, with backoff up to it; a
+// conflict with Kargo writing the Freight is retried at once (markPass).
 const (
 	markRetryAfter      = time.Minute
 	markErrorRetryFirst = 2 * time.Second
@@ -36,6 +36,7 @@ const (
 // turned a moment ago must stop it. The marked Freight are then stored in
 // the record. A mark that fails holds back marking of this cycle for a
 // while; it never holds back the rest of the latch, which is stored already.
+// A mark that conflicts is retried at once, as every write conflict.
 func (c *Controller) markPass(ctx context.Context, key cache.ObjectName, stored *kargo.Stage, m *memo, settings latch.Settings, now time.Time, reads *markReads) error {
 	stage := stored
 	if stage == nil {
@@ -51,7 +52,10 @@ func (c *Controller) markPass(ctx context.Context, key cache.ObjectName, stored 
 	}
 	obs := c.observe(stage, m, pauses)
 	obs.MayMark = true
-	value := stage.State.Value()
+	value, err := stage.State.Read()
+	if err != nil {
+		return err
+	}
 	res := latch.Step(settings, c.priorRecord(stage, value, m), obs, now)
 	a, ok := actionOf(res, latch.ActionMarkVerified)
 	if !ok {
@@ -62,6 +66,12 @@ func (c *Controller) markPass(ctx context.Context, key cache.ObjectName, stored 
 	if c.cfg.DryRun {
 		c.reportDryRunMark(ctx, stage, a, reads)
 	} else if err := c.markVerified(ctx, stage, res.Record, a, reads); err != nil {
+		if apierrors.IsConflict(err) {
+			// The Freight changed since it was read (Kargo marking it
+			// itself, say): a retry from fresh reads, as every conflict
+			// (syncFailed), not an error.
+			return err
+		}
 		c.markFailed(ctx, stage, m, res.Record, err, now)
 		return nil
 	}
@@ -86,10 +96,12 @@ func (c *Controller) markPass(ctx context.Context, key cache.ObjectName, stored 
 //     it can never change an entry someone else wrote;
 //   - then the FreightVerified Event is created under a name derived from
 //     the Stage, the cycle and the Freight;
-//   - a Freight already verified in the Stage at exactly the stored
-//     latchedAt was marked by an earlier try cut short: it gets its Event
-//     if the crash came before it (a second create finds the first). One
-//     verified at another time was verified by Kargo: no write, no Event.
+//   - a Freight already verified in the Stage by kargo-latch itself, at
+//     the stored latchedAt, was marked by an earlier try cut short: it
+//     gets its Event if the crash came before it (a second create finds
+//     the first). One verified by anyone else was verified by Kargo (even
+//     in the very second the cycle latched, with the same verifiedAt): no
+//     write, no Event.
 func (c *Controller) markVerified(ctx context.Context, stage *kargo.Stage, rec latch.Record, a latch.Action, reads *markReads) error {
 	freights := c.cfg.Dynamic.Resource(kargo.FreightsResource).Namespace(stage.Namespace)
 	logger := klog.FromContext(ctx)
@@ -104,7 +116,7 @@ func (c *Controller) markVerified(ctx context.Context, stage *kargo.Stage, rec l
 			return fmt.Errorf("reading Freight %s to mark it verified: %w", name, err)
 		}
 		if at, verified := verifiedInAt(f, stage.Name); verified {
-			if at != verifiedAt {
+			if at != verifiedAt || !markedByUs(f, stage.Name) {
 				logger.V(2).Info("Freight is already verified in the Stage", "freight", name, "verifiedAt", at)
 				continue
 			}
@@ -136,6 +148,27 @@ func verifiedInAt(f *unstructured.Unstructured, stage string) (at string, verifi
 		at, _ = m["verifiedAt"].(string)
 	}
 	return at, verified
+}
+
+// markedByUs reports whether kargo-latch wrote the Freight's verifiedAt for
+// the Stage. The API server records in managedFields which field manager
+// set each field, and only kargo-latch writes with FieldManager: that tells
+// its own mark, found by a try after a crash, from Kargo's, which may carry
+// the very same time.
+func markedByUs(f *unstructured.Unstructured, stage string) bool {
+	for _, mf := range f.GetManagedFields() {
+		if mf.Manager != FieldManager || mf.Subresource != "status" || mf.FieldsV1 == nil {
+			continue
+		}
+		var fields map[string]any
+		if json.Unmarshal(mf.FieldsV1.Raw, &fields) != nil {
+			continue
+		}
+		if _, ok, _ := unstructured.NestedFieldNoCopy(fields, "f:status", "f:verifiedIn", "f:"+stage, "f:verifiedAt"); ok {
+			return true
+		}
+	}
+	return false
 }
 
 // markFailed holds further tries of this cycle back: a refused right (the

@@ -2,6 +2,7 @@ package controller
 
 import (
 	"context"
+	"errors"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -12,6 +13,7 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	k8stesting "k8s.io/client-go/testing"
+	"k8s.io/klog/v2/ktesting"
 
 	"github.com/kargo-latch/kargo-latch/kargo"
 	"github.com/kargo-latch/kargo-latch/latch"
@@ -136,13 +138,14 @@ func TestMarkSurvivesAFailedStoreAfterThePatch(t *testing.T) {
 }
 
 // A Freight patch that fails leaves no Event behind, holds back only the
-// mark (the latch is stored), and is tried again.
+// mark (the latch is stored), and is tried again (after markErrorRetryFirst;
+// a conflict is retried at once: TestMarkConflictIsARetryNotAnError).
 func TestMarkRetriesAFailedPatchWithoutAnOrphanEvent(t *testing.T) {
 	var freightPatches atomic.Int64
 	f := newFixtureWith(t, false, func(f *fixture) {
 		f.client.PrependReactor("patch", "freights", func(k8stesting.Action) (bool, runtime.Object, error) {
 			if freightPatches.Add(1) == 1 {
-				return true, nil, apierrors.NewConflict(kargo.FreightsResource.GroupResource(), "f1", nil)
+				return true, nil, apierrors.NewServiceUnavailable("etcd is down")
 			}
 			return false, nil, nil
 		})
@@ -197,4 +200,119 @@ func TestMarkReadsTheFreightOnce(t *testing.T) {
 	if n := freightGets.Load(); n != 1 {
 		t.Errorf("%d Freight GETs for one mark, want 1", n)
 	}
+}
+
+// markedLatch is markableStage's Stage with its cycle latched, by the
+// Stage's health, at 10:01:00, and not yet marked.
+func markedLatch(name string) *unstructured.Unstructured {
+	latchedAt := time.Date(2026, 11, 29, 10, 1, 0, 0, time.UTC)
+	rec := latch.Record{Phase: latch.PhaseLatched, Promotion: "p1", FreightID: "F1", ExaminedPromotion: "p1", LatchedBy: latch.LatchedByStage,
+		PromotedAt: ptrTime(latchedAt.Add(-time.Minute)), LatchedAt: &latchedAt}
+	s := markableStage(name)
+	annotations := s.GetAnnotations()
+	annotations[StateAnnotation] = rec.Encode()
+	s.SetAnnotations(annotations)
+	return s
+}
+
+// freightVerifiedBy is Freight f1 verified in Stage prod at 10:01:00, the
+// second markedLatch latched in, with the managedFields entry the API
+// server records for that write by manager.
+func freightVerifiedBy(manager string) *unstructured.Unstructured {
+	f := freightObject("f1")
+	_ = unstructured.SetNestedField(f.Object, "2026-11-29T10:01:00Z", "status", "verifiedIn", "prod", "verifiedAt")
+	f.SetManagedFields([]metav1.ManagedFieldsEntry{{
+		Manager: manager, Operation: metav1.ManagedFieldsOperationUpdate, APIVersion: "kargo.akuity.io/v1alpha1",
+		Subresource: "status", FieldsType: "FieldsV1",
+		FieldsV1: &metav1.FieldsV1{Raw: []byte(`{"f:status":{"f:verifiedIn":{"f:prod":{".":{},"f:verifiedAt":{}}}}}`)},
+	}})
+	return f
+}
+
+// A Freight Kargo verified in the very second the cycle latched carries the
+// verifiedAt kargo-latch would write: it is Kargo's mark all the same (the
+// API server says who wrote it), so no write, no Event, no count.
+func TestMarkLeavesKargosMarkOfTheSameSecond(t *testing.T) {
+	var freightPatches atomic.Int64
+	f := newFixtureWith(t, false, func(f *fixture) {
+		f.client.PrependReactor("patch", "freights", func(k8stesting.Action) (bool, runtime.Object, error) {
+			freightPatches.Add(1)
+			return false, nil, nil
+		})
+	}, markedLatch("prod"), freightVerifiedBy("kargo-controller"))
+	waitUntil(t, func() bool { return len(f.record("prod").Marked) == 1 })
+	f.idle()
+	if n := f.freightVerifiedEvents(); n != 0 {
+		t.Errorf("%d FreightVerified Events for Kargo's own mark, want none", n)
+	}
+	if n := freightPatches.Load(); n != 0 {
+		t.Errorf("%d Freight patches, want none", n)
+	}
+	if n := counterSum(t, f, "kargo_latch_freight_verified_total"); n != 0 {
+		t.Errorf("kargo_latch_freight_verified_total = %v, want 0", n)
+	}
+}
+
+// A try cut short after its patch (a crash before the Event) finds the
+// Freight verified at latchedAt by kargo-latch itself, and makes the Event.
+func TestMarkFoundAfterACrashGetsItsEvent(t *testing.T) {
+	f := newFixture(t, false, markedLatch("prod"), freightVerifiedBy(FieldManager))
+	waitUntil(t, func() bool { return len(f.record("prod").Marked) == 1 })
+	f.idle()
+	if n := f.freightVerifiedEvents(); n != 1 {
+		t.Errorf("%d FreightVerified Events for the mark of a try cut short, want 1", n)
+	}
+}
+
+// Kargo writing the Freight between the operator's read and its patch
+// makes the patch conflict: a retry from fresh reads, counted as a
+// conflict, never logged as an error.
+func TestMarkConflictIsARetryNotAnError(t *testing.T) {
+	var freightPatches atomic.Int64
+	f, log := newLoggedFixture(t, func(f *fixture) {
+		f.client.PrependReactor("patch", "freights", func(k8stesting.Action) (bool, runtime.Object, error) {
+			if freightPatches.Add(1) == 1 {
+				return true, nil, apierrors.NewConflict(kargo.FreightsResource.GroupResource(), "f1",
+					errors.New("the object has been modified; please apply your changes to the latest version and try again"))
+			}
+			return false, nil, nil
+		})
+	}, markableStage("prod"), freightObject("f1"))
+	waitUntil(t, func() bool { return len(f.record("prod").Marked) == 1 })
+	f.idle()
+	if n := freightPatches.Load(); n != 2 {
+		t.Errorf("%d Freight patches, want 2: the conflict and its retry", n)
+	}
+	if n := f.freightVerifiedEvents(); n != 1 {
+		t.Errorf("%d FreightVerified Events, want 1", n)
+	}
+	if got := unlabeledCounter(t, f.reg, "kargo_latch_write_conflicts_total"); got != 1 {
+		t.Errorf("kargo_latch_write_conflicts_total = %v, want 1", got)
+	}
+	if got := unlabeledCounter(t, f.reg, "kargo_latch_reconcile_errors_total"); got != 0 {
+		t.Errorf("kargo_latch_reconcile_errors_total = %v, want 0: a conflict is a retry", got)
+	}
+	for _, e := range log.Data() {
+		if e.Type == ktesting.LogError {
+			t.Errorf("logged an error for a conflict: %s %v", e.Message, e.Err)
+		}
+	}
+}
+
+// counterSum sums a counter of the fixture over its labels.
+func counterSum(t *testing.T, f *fixture, name string) float64 {
+	t.Helper()
+	mfs, err := f.reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	sum := 0.0
+	for _, mf := range mfs {
+		if mf.GetName() == name {
+			for _, m := range mf.GetMetric() {
+				sum += m.GetCounter().GetValue()
+			}
+		}
+	}
+	return sum
 }

@@ -26,7 +26,7 @@ func observe(s *kargo.Stage, previous latch.Health) (obs latch.Observation, unkn
 	obs.Freight = strings.Join(st.FreightNames, ",")
 	obs.FreightNames = st.FreightNames
 	obs.HasVerification = s.HasVerification
-	obs.Apps = st.Apps
+	obs.Apps, obs.HealthOutputs = st.Apps, st.HealthOutputs
 	if lp := st.LastPromotion; lp != nil && lp.Name != "" {
 		obs.LastPromotion = &latch.Promotion{
 			Name:       lp.Name,
@@ -34,6 +34,7 @@ func observe(s *kargo.Stage, previous latch.Health) (obs latch.Observation, unkn
 			FinishedAt: lp.FinishedAt,
 			Freight:    lp.Freight,
 		}
+		obs.HealthChecks = lp.HealthChecks
 	}
 	if v := st.Verification; v != nil {
 		obs.Verification = &latch.Verification{ID: v.ID, Phase: latch.VerificationPhase(v.Phase), Message: v.Message}

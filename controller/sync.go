@@ -48,7 +48,10 @@ func (c *Controller) syncStage(ctx context.Context, key cache.ObjectName) (time.
 	}
 	m := c.memos.get(key)
 	// The record, inflated once for the whole sync (see kargo.Packed).
-	value := stage.State.Value()
+	stage, value, err := c.recordOf(ctx, key, stage, m)
+	if stage == nil || err != nil {
+		return 0, err
+	}
 	if c.leftAlone(stage, value, m) {
 		// This version cannot tell whether that record shows a resume; it
 		// will never judge the Stage, so it holds none of its pauses.
@@ -75,7 +78,9 @@ func (c *Controller) syncStage(ctx context.Context, key cache.ObjectName) (time.
 			if stage, err = c.liveStage(ctx, key); stage == nil || err != nil {
 				return 0, err
 			}
-			value = stage.State.Value()
+			if value, err = stage.State.Read(); err != nil {
+				return 0, err
+			}
 			if c.leftAlone(stage, value, m) {
 				return 0, nil
 			}
@@ -143,6 +148,32 @@ func (c *Controller) markRetry(m *memo, now time.Time) time.Duration {
 		return m.markRetryAt.Sub(now)
 	}
 	return 0
+}
+
+// recordOf reads the record of a cached Stage. A cached copy this process
+// cannot inflate (kargo.Packed.Read) is not "no record": taken for one, the
+// sync would store a fresh record over the Stage's and lose its failure,
+// pauses and marks. It is reported as an invalid record, and the record is
+// read from the Stage on the API server, whose copy is intact; one that
+// cannot be read either is never written over: the sync fails and is
+// retried. A nil Stage is gone, or has left this shard.
+func (c *Controller) recordOf(ctx context.Context, key cache.ObjectName, stage *kargo.Stage, m *memo) (*kargo.Stage, string, error) {
+	value, err := stage.State.Read()
+	if err == nil {
+		return stage, value, nil
+	}
+	if warnOnce(&m.badState, "unreadable copy of "+stage.ResourceVersion) {
+		c.warn(stage, ReasonInvalidState, "kargo-latch cannot read its cached copy of the %s annotation (%v); it reads the Stage from the API server instead, and writes over no record it cannot read. This is a bug in kargo-latch: please report it", StateAnnotation, err)
+		c.cfg.Metrics.InvalidInput.WithLabelValues(stage.Namespace, stage.Name, "state").Inc()
+	}
+	live, err := c.liveStage(ctx, key)
+	if live == nil || err != nil {
+		return nil, "", err
+	}
+	if value, err = live.State.Read(); err != nil {
+		return nil, "", err
+	}
+	return live, value, nil
 }
 
 // step reads the record and the Stage's status and steps the machine.
@@ -216,7 +247,9 @@ func (c *Controller) leftAlone(stage *kargo.Stage, value string, m *memo) bool {
 }
 
 // priorRecord decodes the Stage's record. Garbage is reported once and
-// treated as no record: the machine starts over from the Stage's status.
+// treated as no record: the machine starts over from the Stage's status,
+// and the store that writes the fresh record keeps the garbage beside it
+// (see store).
 func (c *Controller) priorRecord(stage *kargo.Stage, value string, m *memo) latch.Record {
 	if c.cfg.DryRun && m.dryRunRecord != nil {
 		return *m.dryRunRecord
@@ -224,7 +257,12 @@ func (c *Controller) priorRecord(stage *kargo.Stage, value string, m *memo) latc
 	r, err := latch.Decode(value)
 	if err != nil {
 		if warnOnce(&m.badState, value) {
-			c.warn(stage, ReasonInvalidState, "Ignoring the %s annotation and starting over from the Stage's status: %v", StateAnnotation, err)
+			kept := "the fresh record's first write moves it to"
+			if c.cfg.DryRun {
+				kept = "a run without --dry-run would move it to"
+			}
+			c.warn(stage, ReasonInvalidState, "Ignoring the %s annotation and starting over from the Stage's status (%v); %s the %s annotation, so that nothing of it is lost",
+				StateAnnotation, err, kept, kargo.InvalidStateAnnotation)
 			c.cfg.Metrics.InvalidInput.WithLabelValues(stage.Namespace, stage.Name, "state").Inc()
 		}
 		return latch.Record{}
@@ -249,6 +287,12 @@ func (c *Controller) store(ctx context.Context, stage *kargo.Stage, value string
 	encoded := res.Record.Encode()
 	if encoded != value {
 		annotations[StateAnnotation] = encoded
+		if _, err := latch.Decode(value); err != nil {
+			// A garbage record (priorRecord) is replaced, never lost: a
+			// person may mend it from there. A newer version's record is
+			// never replaced (leftAlone).
+			annotations[kargo.InvalidStateAnnotation] = value
+		}
 	}
 	wantPaused := len(res.Record.Pauses) > 0
 	if hasPaused := stage.Labels[PausedLabel] == "true"; hasPaused != wantPaused {

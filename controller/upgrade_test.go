@@ -2,13 +2,17 @@ package controller
 
 import (
 	"context"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/google/go-cmp/cmp"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/tools/cache"
 
 	"github.com/kargo-latch/kargo-latch/kargo"
+	"github.com/kargo-latch/kargo-latch/latch"
 )
 
 // A record written by a newer kargo-latch is left alone: one Warning, and
@@ -24,7 +28,7 @@ func TestNewerRecordIsLeftAlone(t *testing.T) {
 		t.Errorf("Warning: %s", msg)
 	}
 	waitUntil(t, func() bool { return f.syncs() >= 1 })
-	time.Sleep(200 * time.Millisecond)
+	f.idle()
 	for _, a := range f.client.Actions() {
 		if v := a.GetVerb(); v != "get" && v != "list" && v != "watch" {
 			t.Errorf("wrote to a Stage with a newer record: %s %s", v, a.GetResource().Resource)
@@ -36,5 +40,122 @@ func TestNewerRecordIsLeftAlone(t *testing.T) {
 	}
 	if got := u.GetAnnotations()[StateAnnotation]; got != newer {
 		t.Errorf("record changed to %s", got)
+	}
+}
+
+// failedRecord is the record of a cycle that failed after its latch: what
+// a fresh start from healthyStage's status would not rebuild.
+func failedRecord() latch.Record {
+	at := func(minute int) *time.Time { return ptrTime(time.Date(2026, 11, 29, 10, minute, 0, 0, time.UTC)) }
+	return latch.Record{Phase: latch.PhaseFailed, Promotion: "p1", FreightID: "F1", ExaminedPromotion: "p1",
+		PromotedAt: at(0), LatchedAt: at(1), Marked: []string{"f1"},
+		Failure: &latch.Failure{Reason: latch.ReasonDegraded, Message: "Unhealthy for 5m0s after the latch", At: *at(9)}}
+}
+
+// invalidInputs reads kargo_latch_invalid_input_total of Stage shop/stage
+// for one input.
+func (f *fixture) invalidInputs(stage, input string) float64 {
+	f.t.Helper()
+	mfs, err := f.reg.Gather()
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() != "kargo_latch_invalid_input_total" {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			l := map[string]string{}
+			for _, p := range m.GetLabel() {
+				l[p.GetName()] = p.GetValue()
+			}
+			if l["project"] == "shop" && l["stage"] == stage && l["input"] == input {
+				return m.GetCounter().GetValue()
+			}
+		}
+	}
+	return 0
+}
+
+// A cached copy of the record that this process cannot inflate (a bug) is
+// not "no record": a Warning and the metric say so, the record is read from
+// the Stage on the API server, and the failure it holds is kept. Taken for
+// no record, it would be written over by a fresh start.
+func TestUnreadableCachedRecordIsNeverWrittenOver(t *testing.T) {
+	prior := failedRecord()
+	f := newFixture(t, false, healthyStage("prod", map[string]any{StateAnnotation: prior.Encode()}))
+	waitUntil(t, func() bool { return f.syncs() >= 1 })
+	f.idle()
+	if n := f.patches.Load(); n != 0 {
+		t.Fatalf("%d patches of a Stage whose record holds", n)
+	}
+
+	key := cache.NewObjectName("shop", "prod")
+	cached, ok, err := f.c.stageByKey(key)
+	if err != nil || !ok {
+		t.Fatalf("Stage not cached: %v", err)
+	}
+	unreadable := cached.DeepCopy()
+	unreadable.State = kargo.UnreadableForTest()
+	if err := f.c.stageInformersFor("shop")[0].GetIndexer().Update(unreadable); err != nil {
+		t.Fatal(err)
+	}
+	synced := f.syncs()
+	f.c.enqueue(key)
+	waitUntil(t, func() bool { return f.syncs() > synced })
+	f.idle()
+	if n := f.patches.Load(); n != 0 {
+		t.Errorf("%d patches: the record was written over", n)
+	}
+	if diff := cmp.Diff(prior, f.record("prod")); diff != "" {
+		t.Errorf("stored record (-before +after):\n%s", diff)
+	}
+	// The recorder took the Events during the syncs, now over.
+	if warned := slices.ContainsFunc(f.drainEvents(), func(e string) bool {
+		return strings.HasPrefix(e, "Warning InvalidState") && strings.Contains(e, "cannot read its cached copy")
+	}); !warned {
+		t.Error("no InvalidState Warning about the unreadable copy")
+	}
+	if n := f.invalidInputs("prod", "state"); n != 1 {
+		t.Errorf("kargo_latch_invalid_input_total{input=\"state\"} = %v, want 1", n)
+	}
+}
+
+// drainEvents returns the Events the recorder holds now.
+func (f *fixture) drainEvents() []string {
+	var events []string
+	for {
+		select {
+		case e := <-f.recorder.Events:
+			events = append(events, e)
+		default:
+			return events
+		}
+	}
+}
+
+// A garbage record is replaced by a fresh start, as the contract says, but
+// never lost: the write of the fresh record keeps it, verbatim, in
+// kargo-latch.io/invalid-state, and the Warning says where.
+func TestGarbageRecordIsKeptBesideTheFreshOne(t *testing.T) {
+	garbage := strings.TrimSuffix(failedRecord().Encode(), "}") + `,"pauses":["hold"` // a hand edit gone wrong
+	f := newFixture(t, false, healthyStage("prod", map[string]any{StateAnnotation: garbage}))
+	msg := f.waitEvent("Warning InvalidState")
+	if !strings.Contains(msg, kargo.InvalidStateAnnotation) {
+		t.Errorf("the Warning does not say where the garbage is kept: %s", msg)
+	}
+	f.waitEvent("Normal HealthLatched")
+	u, err := f.client.Resource(kargo.StagesResource).Namespace("shop").Get(context.Background(), "prod", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := u.GetAnnotations()[kargo.InvalidStateAnnotation]; got != garbage {
+		t.Errorf("%s = %q, want the garbage record %q", kargo.InvalidStateAnnotation, got, garbage)
+	}
+	if r := f.record("prod"); r.Phase != latch.PhaseLatched || r.Failure != nil {
+		t.Errorf("fresh record: phase %s, failure %+v; want a fresh start, Latched", r.Phase, r.Failure)
+	}
+	if n := f.invalidInputs("prod", "state"); n != 1 {
+		t.Errorf("kargo_latch_invalid_input_total{input=\"state\"} = %v, want 1", n)
 	}
 }

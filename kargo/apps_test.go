@@ -76,3 +76,42 @@ func TestAppsFromOutputKeepsOneMoreThanTheLatchBound(t *testing.T) {
 		t.Errorf("kept %d Apps, want %d", got, maxApps)
 	}
 }
+
+// The mirror counts the health checks the last promotion left for Kargo
+// and the entries of the health output, alike through the maps and the
+// codec: Kargo writes no entry for a check that returned no output, so
+// fewer entries than checks mean the Apps listed are not all it checks.
+func TestMirrorCountsHealthChecksAndOutputs(t *testing.T) {
+	const argoCD = `{"applicationStatuses": [{"Name": "a", "Namespace": "argocd", "health": {"status": "Healthy"}, "sync": {"status": "Synced"}}]}`
+	const check = `{"uses": "argocd-update", "config": {"apps": [{"name": "a", "namespace": "argocd"}]}}`
+	cases := map[string]struct {
+		healthChecks, output string
+		checks, outputs      int
+	}{
+		"one check, its output":             {healthChecks: `[` + check + `]`, output: `[` + argoCD + `]`, checks: 1, outputs: 1},
+		"two checks, one output":            {healthChecks: `[` + check + `,` + check + `]`, output: `[` + argoCD + `]`, checks: 2, outputs: 1},
+		"two checks, two outputs":           {healthChecks: `[` + check + `,` + check + `]`, output: `[` + argoCD + `,` + argoCD + `]`, checks: 2, outputs: 2},
+		"no checks recorded":                {healthChecks: `null`, output: `[` + argoCD + `]`, outputs: 1},
+		"checks and output of other shapes": {healthChecks: `[1, "x"]`, output: `[1, "x", {}]`, checks: 2, outputs: 3},
+		"neither an array":                  {healthChecks: `{"uses": "x"}`, output: `"Healthy"`},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			doc := []byte(`{"metadata": {"name": "a"}, "status": {"lastPromotion": {"name": "p", "status": {"phase": "Succeeded", "healthChecks": ` +
+				tc.healthChecks + `}}, "health": {"status": "Progressing", "output": ` + tc.output + `}}}`)
+			maps, ok := viaMaps(doc)
+			if !ok {
+				t.Fatalf("bad test document:\n%s", doc)
+			}
+			if diff := cmp.Diff(maps, viaDocs(t, doc)); diff != "" {
+				t.Errorf("the Stage codec reads otherwise than the maps (-maps +codec):\n%s", diff)
+			}
+			if got := maps.Status.LastPromotion.HealthChecks; got != tc.checks {
+				t.Errorf("%d health checks, want %d", got, tc.checks)
+			}
+			if got := maps.Status.HealthOutputs; got != tc.outputs {
+				t.Errorf("%d output entries, want %d", got, tc.outputs)
+			}
+		})
+	}
+}

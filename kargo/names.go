@@ -15,6 +15,12 @@ var (
 // StateAnnotation is kargo-latch's own: the durable latch record as JSON.
 const StateAnnotation = OwnPrefix + "state"
 
+// InvalidStateAnnotation keeps the newest value of StateAnnotation that was
+// no latch record (garbage), moved there by the write that replaced it with
+// a fresh record, so that nothing a person wrote or mangled is lost. The
+// operator never reads it back, and its cache leaves it out.
+const InvalidStateAnnotation = OwnPrefix + "invalid-state"
+
 // Annotations of Kargo's that kargo-latch reads or writes.
 const (
 	// CreateActorAnnotation names who created a Promotion. Kargo's own

@@ -3,6 +3,7 @@ package kargo
 import (
 	"bytes"
 	"compress/flate"
+	"fmt"
 	"hash/maphash"
 	"io"
 	"strings"
@@ -47,23 +48,38 @@ func Pack(value string) Packed {
 // Present reports whether the Stage has the annotation at all.
 func (p Packed) Present() bool { return p.present }
 
-// Value is the annotation's value; empty when absent.
-func (p Packed) Value() string {
+// Read returns the annotation's value; empty when absent. An error means
+// this process cannot inflate what it deflated itself (a bug, or corrupted
+// memory): the value is unknown, which is not "no record". Taken for none,
+// it would make the sync store a fresh record over the Stage's, losing its
+// failure, pauses and marks; the API server's copy is intact.
+func (p Packed) Read() (string, error) {
 	if !p.deflated {
-		return p.data
+		return p.data, nil
 	}
 	r := readers.Get().(io.ReadCloser)
 	defer readers.Put(r)
 	if err := r.(flate.Resetter).Reset(strings.NewReader(p.data), nil); err != nil {
-		return ""
+		return "", fmt.Errorf("inflating the cached %s annotation: %w", StateAnnotation, err)
 	}
 	out := make([]byte, p.size)
 	if _, err := io.ReadFull(r, out); err != nil {
-		// Only a bug here could corrupt what this process deflated; an
-		// empty value then reads as no record, which is reported.
-		return ""
+		return "", fmt.Errorf("inflating the cached %s annotation (%d of %d bytes): %w", StateAnnotation, len(p.data), p.size, err)
 	}
-	return string(out)
+	return string(out), nil
+}
+
+// Value is Read for tests and views that decide nothing: an unreadable
+// value reads as empty. What writes on the strength of the value uses Read.
+func (p Packed) Value() string {
+	v, _ := p.Read()
+	return v
+}
+
+// UnreadableForTest returns a present value that fails to inflate, as a
+// bug here would leave one, for tests of the code that reads records.
+func UnreadableForTest() Packed {
+	return Packed{data: "\xff not deflated", size: 64, deflated: true, present: true}
 }
 
 // Hash hashes the value as packed, for telling a change without inflating
@@ -90,7 +106,6 @@ var (
 	readers = sync.Pool{New: func() any { return flate.NewReader(strings.NewReader("")) }}
 )
 
-// Equal reports whether p and q hold the same annotation (go-cmp uses it).
-func (p Packed) Equal(q Packed) bool {
-	return p.present == q.present && p.Value() == q.Value()
-}
+// Equal reports whether p and q hold the same annotation (go-cmp uses it):
+// equal values pack alike, and an unreadable value equals only itself.
+func (p Packed) Equal(q Packed) bool { return p == q }

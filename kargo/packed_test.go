@@ -53,6 +53,26 @@ func TestPackedKeepsEveryValue(t *testing.T) {
 	}
 }
 
+// An unreadable value is told from an absent or empty one: read as "no
+// record", it would have the sync store a fresh record over the Stage's.
+func TestPackedTellsAnUnreadableValueFromNone(t *testing.T) {
+	bad := UnreadableForTest()
+	if v, err := bad.Read(); err == nil || v != "" || !bad.Present() {
+		t.Errorf("an unreadable value read as %q, err %v, present %v; want an error and present", v, err, bad.Present())
+	}
+	for name, p := range map[string]Packed{"absent": {}, "empty": Pack(""), "latched": Pack(latchedRecord())} {
+		if _, err := p.Read(); err != nil {
+			t.Errorf("%s: %v", name, err)
+		}
+		if p.Equal(bad) || bad.Equal(p) {
+			t.Errorf("%s equals an unreadable value", name)
+		}
+	}
+	if !bad.Equal(UnreadableForTest()) || !Pack(latchedRecord()).Equal(Pack(latchedRecord())) {
+		t.Error("equal packed values are not Equal")
+	}
+}
+
 func TestMirrorPacksTheRecord(t *testing.T) {
 	record := latchedRecord()
 	doc := strings.Replace(busyBenchStage(`X`), `"X"`, fmt.Sprintf("%q", record), 1)

@@ -49,6 +49,10 @@ type StageStatus struct {
 	// appsFromOutput): only the four strings the latch reads, the repeated
 	// ones shared; nil when there is no per-App data.
 	Apps []latch.App
+	// HealthOutputs is how many entries status.health.output has, read
+	// with Apps: Kargo writes one only for a health check that returned
+	// output (see PromotionReference.HealthChecks).
+	HealthOutputs int
 }
 
 // PromotionReference is status.lastPromotion.
@@ -57,6 +61,9 @@ type PromotionReference struct {
 	Phase      string
 	FinishedAt *time.Time
 	Freight    string
+	// HealthChecks is how many health checks the promotion left for Kargo
+	// to run (status.healthChecks).
+	HealthChecks int
 }
 
 // VerificationInfo is one entry of a verificationHistory.
@@ -144,7 +151,11 @@ func statusFromMap(status map[string]any, withApps bool) *StageStatus {
 		Health:           str(status, "health", "status"),
 	}
 	if withApps {
-		st.Apps = appsFromOutput(field(status, "health", "output"))
+		output := field(status, "health", "output")
+		st.Apps = appsFromOutput(output)
+		if entries, ok := output.([]any); ok {
+			st.HealthOutputs = len(entries)
+		}
 	}
 	if lp, ok := status["lastPromotion"].(map[string]any); ok {
 		st.LastPromotion = &PromotionReference{
@@ -152,6 +163,9 @@ func statusFromMap(status map[string]any, withApps bool) *StageStatus {
 			Phase:      str(lp, "status", "phase"),
 			FinishedAt: timeAt(lp, "finishedAt"),
 			Freight:    str(lp, "freight", "name"),
+		}
+		if checks, ok := field(lp, "status", "healthChecks").([]any); ok {
+			st.LastPromotion.HealthChecks = len(checks)
 		}
 	}
 	if history, ok := status["freightHistory"].([]any); ok && len(history) > 0 {
@@ -267,5 +281,8 @@ func firstString(obj map[string]any, keys ...string) string {
 // not hold 400,000 copies of "Healthy".
 func intern(s string) string { return unique.Make(s).Value() }
 
-// ownKeys keeps kargo-latch's own labels and annotations.
-func ownKeys(key string) bool { return strings.HasPrefix(key, OwnPrefix) }
+// ownKeys keeps kargo-latch's own labels and annotations, but for a kept
+// garbage record, which nothing reads and which may be large.
+func ownKeys(key string) bool {
+	return strings.HasPrefix(key, OwnPrefix) && key != InvalidStateAnnotation
+}

@@ -72,6 +72,8 @@ type lastPromotionDoc struct {
 	FinishedAt string `json:"finishedAt"`
 	Status     struct {
 		Phase string `json:"phase"`
+		// Only counted: each entry decodes to nothing.
+		HealthChecks []struct{} `json:"healthChecks"`
 	} `json:"status"`
 	Freight struct {
 		Name string `json:"name"`
@@ -89,13 +91,14 @@ func (u *unreadOutput) UnmarshalJSON(b []byte) error {
 	return nil
 }
 
-// apps reads the output's Apps; nil for any other shape.
-func (u unreadOutput) apps() []latch.App {
+// apps reads the output's Apps (nil for any other shape), and how many
+// entries it has.
+func (u unreadOutput) apps() ([]latch.App, int) {
 	var checks []healthCheck
 	if len(u) == 0 || u[0] != '[' || unmarshal(u, &checks) != nil {
-		return nil
+		return nil, 0
 	}
-	return appsFromChecks(checks)
+	return appsFromChecks(checks), len(checks)
 }
 
 // healthCheck is one entry of status.health.output as the argocd-update
@@ -287,14 +290,15 @@ func (d *statusDoc) mirror(withApps bool) *StageStatus {
 		Health:           d.Health.Status,
 	}
 	if withApps {
-		st.Apps = d.Health.Output.apps()
+		st.Apps, st.HealthOutputs = d.Health.Output.apps()
 	}
 	if lp := d.LastPromotion; lp != nil {
 		st.LastPromotion = &PromotionReference{
-			Name:       lp.Name,
-			Phase:      lp.Status.Phase,
-			FinishedAt: parseTime(lp.FinishedAt),
-			Freight:    lp.Freight.Name,
+			Name:         lp.Name,
+			Phase:        lp.Status.Phase,
+			FinishedAt:   parseTime(lp.FinishedAt),
+			Freight:      lp.Freight.Name,
+			HealthChecks: len(lp.Status.HealthChecks),
 		}
 	}
 	if c := d.FreightHistory.first; c != nil {

@@ -93,6 +93,15 @@ func TestPerAppLatchRules(t *testing.T) {
 		"no per-App data: only the aggregate rule": {
 			obs: with(flapping("Healthy", "Healthy"), func(o *Observation) { o.Apps = nil }),
 		},
+		"a health check that wrote no output (fewer entries than checks): only the aggregate rule": {
+			obs: with(flapping("Healthy", "Healthy"), func(o *Observation) { o.HealthChecks, o.HealthOutputs = 2, 1 }),
+		},
+		"every health check wrote its output: latch by Applications": {
+			obs: with(flapping("Healthy", "Healthy"), func(o *Observation) { o.HealthChecks, o.HealthOutputs = 2, 2 }), wantApps: []string{"argocd/a", "argocd/b"}, wantLatched: true,
+		},
+		"a health check without output does not hold back the aggregate rule": {
+			obs: with(flapping("Healthy", "Healthy"), func(o *Observation) { o.HealthChecks, o.HealthOutputs, o.Health = 2, 1, HealthHealthy }), wantLatched: true,
+		},
 		"more Apps than the bound: only the aggregate rule": {
 			obs: with(stageAfterP1(HealthProgressing), func(o *Observation) {
 				for i := range MaxApps + 1 {
@@ -283,6 +292,14 @@ func TestPerAppRecovery(t *testing.T) {
 	want := []Action{{Kind: ActionRecovered, Message: "every Application (2) was Healthy again"}}
 	if diff := cmp.Diff(want, res.Actions); diff != "" || res.Record.Phase != PhaseLatched || res.Record.AppsRecovered != nil {
 		t.Errorf("phase %s, appsRecovered %v, actions (-want +got):\n%s", res.Record.Phase, res.Record.AppsRecovered, diff)
+	}
+	// Nor while a health check wrote no output: the Apps listed are not
+	// all that Kargo checks.
+	partial := func(o Observation) Observation { o.HealthChecks, o.HealthOutputs = 2, 1; return o }
+	hidden := Step(s, rec, partial(flapping("Healthy", "Progressing")), at(minutes(4)))
+	hidden = Step(s, hidden.Record, partial(flapping("Progressing", "Healthy")), at(minutes(5)))
+	if hidden.Record.Phase != PhaseDegraded || len(hidden.Record.AppsRecovered) != 0 {
+		t.Errorf("with a health check without output: phase %s, appsRecovered %v; want Degraded, none", hidden.Record.Phase, hidden.Record.AppsRecovered)
 	}
 	// Without every App back within the grace, the cycle fails as before.
 	late := Step(s, rec, flapping("Healthy", "Progressing"), at(minutes(4)))

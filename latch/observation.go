@@ -119,6 +119,13 @@ type Observation struct {
 	// Kargo wrote no output or one of a shape kargo-latch does not know:
 	// then only the aggregate health counts.
 	Apps []App
+	// HealthChecks is how many health checks the last promotion left for
+	// Kargo to run, and HealthOutputs how many entries Kargo's health
+	// output has. Kargo writes an entry only for a check that returned
+	// output, so fewer entries than checks mean that Apps is not all that
+	// Kargo checks: a check without output may be what keeps the Stage
+	// Progressing, and only the aggregate health counts.
+	HealthChecks, HealthOutputs int
 	// MayMark lets the machine ask to mark Freight verified. The operator
 	// sets it only for a view it has just read from the API server (the
 	// Stage and the pauses covering it), after the latch was stored, and

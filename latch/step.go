@@ -218,11 +218,14 @@ func (m *machine) recover(msg string) {
 // appsJudged reports whether this observation may count Applications as
 // Healthy: health is judged, and Kargo's aggregate is Healthy or merely
 // Progressing. An aggregate Unhealthy or Unknown means Kargo found something
-// wrong (a wrong revision, say) that an App's own status may not show.
+// wrong (a wrong revision, say) that an App's own status may not show. Every
+// health check must have reported its output: the Apps listed are then all
+// that Kargo checks.
 func (m *machine) appsJudged() bool {
 	h := m.obs.Health
 	return m.healthJudged() && (h == HealthHealthy || h == HealthProgressing) &&
-		len(m.obs.Apps) > 0 && len(m.obs.Apps) <= MaxApps
+		len(m.obs.Apps) > 0 && len(m.obs.Apps) <= MaxApps &&
+		m.obs.HealthOutputs >= m.obs.HealthChecks
 }
 
 // trackApps records in seen each Application seen Healthy and Synced, with

@@ -7,8 +7,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/utils/clock"
+
+	"github.com/kargo-latch/kargo-latch/metrics"
 )
 
 type recorder struct {
@@ -48,13 +51,54 @@ func waitFor(t *testing.T, ch chan cache.ObjectName, want cache.ObjectName) {
 	}
 }
 
+// idleMoment is how long a queue's work must stay unchanged for it to
+// count as idle: longer than the backoff of the retries these tests make.
+const idleMoment = 300 * time.Millisecond
+
+// idle waits until the queue whose metrics reg holds has nothing queued or
+// being worked on, its adds and finished work unchanged for idleMoment (as
+// the e2e suite's waitIdle): whatever the worker queued again is then done.
+func idle(t *testing.T, reg *prometheus.Registry) {
+	t.Helper()
+	read := func() (in, out float64) {
+		mfs, err := reg.Gather()
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, mf := range mfs {
+			for _, m := range mf.GetMetric() {
+				switch mf.GetName() {
+				case "kargo_latch_workqueue_adds_total":
+					in += m.GetCounter().GetValue()
+				case "kargo_latch_workqueue_work_duration_seconds":
+					out += float64(m.GetHistogram().GetSampleCount())
+				}
+			}
+		}
+		return in, out
+	}
+	lastIn, lastOut, since := -1.0, -1.0, time.Now()
+	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
+		in, out := read()
+		if in != out || in != lastIn || out != lastOut {
+			lastIn, lastOut, since = in, out, time.Now()
+			continue
+		}
+		if time.Since(since) >= idleMoment {
+			return
+		}
+	}
+	t.Fatal("the queue was not idle within 10s")
+}
+
 func TestRetriesThenDrops(t *testing.T) {
 	rec := newRecorder()
 	key := cache.NewObjectName("ns", "flaky")
 	var errs []error
 	var mu sync.Mutex
+	reg := prometheus.NewRegistry()
 	w := &Worker{
-		Queue:      New("", nil, clock.RealClock{}),
+		Queue:      New("flaky", metrics.NewWorkqueueProvider(reg), clock.RealClock{}),
 		MaxRetries: 3,
 		Sync: func(_ context.Context, k cache.ObjectName) (time.Duration, error) {
 			if rec.count(k) == 4 {
@@ -67,8 +111,9 @@ func TestRetriesThenDrops(t *testing.T) {
 	runWorker(t, w)
 	w.Queue.Add(key)
 	waitFor(t, rec.done, key)
-	// Give a fifth attempt the chance to happen if the cap were broken.
-	time.Sleep(200 * time.Millisecond)
+	// A fifth attempt, were the cap broken, would be queued before the
+	// queue is idle.
+	idle(t, reg)
 	if n := rec.count(key) - 1; n != 4 {
 		t.Errorf("sync ran %d times, want 1 + 3 retries", n)
 	}
