@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"slices"
 	"strings"
@@ -10,6 +11,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/kargo-latch/kargo-latch/controller"
 	"github.com/kargo-latch/kargo-latch/kargo"
@@ -185,5 +187,56 @@ func TestTooManyApplicationsFallsBackToTheAggregate(t *testing.T) {
 	}
 	if n := len(env.stageEvents(t, s)[controller.ReasonTooManyApps]); n != 1 {
 		t.Errorf("%d TooManyApplications Events, want 1", n)
+	}
+}
+
+// TestGarbageRecordIsKept: a person's hand edit leaves a failed, paused
+// Stage's record unreadable. The operator starts over from the Stage's
+// status, as the contract says, but loses nothing: the write of the fresh
+// record keeps the garbage, verbatim, in kargo-latch.io/invalid-state; the
+// failure's pause still covers the Stage, and the fresh record names it.
+func TestGarbageRecordIsKept(t *testing.T) {
+	t.Parallel()
+	ns := env.newProject(t)
+	op := startOperator(t, ns, fastSettings())
+	s := env.createStage(t, ns, "prod", map[string]string{controller.PauseOnFailureAnnotation: "true"})
+	promoteAndLatch(t, s)
+	_, err := s.FinishPromotion(ctx, "Failed")
+	must(t, err)
+	failed := waitPhase(t, s, latch.PhaseFailed)
+	waitPaused(t, s, true)
+	if failed.Failure.Pause == "" {
+		t.Fatalf("failure %+v made no pause", failed.Failure)
+	}
+
+	u, err := s.Get(ctx)
+	must(t, err)
+	garbage := strings.Replace(u.GetAnnotations()[controller.StateAnnotation], `"phase":"Failed"`, `"phase":"Failed`, 1)
+	patch, err := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": map[string]string{controller.StateAnnotation: garbage}}})
+	must(t, err)
+	_, err = env.dyn.Resource(kargo.StagesResource).Namespace(ns).Patch(ctx, s.Name, types.MergePatchType, patch, metav1.PatchOptions{})
+	must(t, err)
+
+	ev := waitEvent(t, s, controller.ReasonInvalidState)
+	if ev.Type != "Warning" || !strings.Contains(ev.Message, kargo.InvalidStateAnnotation) {
+		t.Errorf("InvalidState Event %s %q, want a Warning naming %s", ev.Type, ev.Message, kargo.InvalidStateAnnotation)
+	}
+	var kept string
+	waitFor(t, "a fresh record beside the kept garbage", func() bool {
+		u, err := s.Get(ctx)
+		must(t, err)
+		_, err = latch.Decode(u.GetAnnotations()[controller.StateAnnotation])
+		kept = u.GetAnnotations()[kargo.InvalidStateAnnotation]
+		return err == nil && kept != ""
+	})
+	op.idle(t)
+	if kept != garbage {
+		t.Errorf("%s = %q, want the garbage record %q", kargo.InvalidStateAnnotation, kept, garbage)
+	}
+	if r := stageRecord(t, s); !slices.Contains(r.Pauses, failed.Failure.Pause) || !paused(t, s) {
+		t.Errorf("fresh record's pauses %q (paused label %v), want the failure's pause %s still covering the Stage", r.Pauses, paused(t, s), failed.Failure.Pause)
+	}
+	if n := op.metric("kargo_latch_invalid_input_total", "stage", s.Name, "input", "state"); n != 1 {
+		t.Errorf("kargo_latch_invalid_input_total{input=\"state\"} = %v, want 1", n)
 	}
 }

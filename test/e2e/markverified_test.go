@@ -473,3 +473,30 @@ func TestMarkVerifiedExactlyOnceAcrossKills(t *testing.T) {
 		}
 	}
 }
+
+// TestMarkVerifiedLeavesKargosMarkOfTheSameSecond: Kargo verified the
+// Freight in the very second the cycle latched, so its verifiedAt is the
+// one kargo-latch would write. The API server's managedFields say whose it
+// is: no write, no FreightVerified Event, no count; the record says the
+// Freight is verified.
+func TestMarkVerifiedLeavesKargosMarkOfTheSameSecond(t *testing.T) {
+	t.Parallel()
+	ns := env.newProject(t)
+	op := startOperatorAs(t, env.marker, ns, fastSettings())
+	s := env.createStage(t, ns, "test", markVerified)
+	// Paused, the latch is not marked until the resume: Kargo marks first.
+	must(t, createPause(env.dev, pause(ns, "hold", s.Name, "Manual")))
+	waitFor(t, "the pause to cover the Stage", func() bool { return slices.Contains(stageRecord(t, s).Pauses, "hold") })
+	r, name := latchByApps(t, s)
+	assertNotVerified(t, op, s, name, "latched while paused")
+	must(t, s.MarkVerified(ctx, name, *r.LatchedAt))
+	before := freightOnServer(t, ns, name)
+
+	must(t, deletePause(env.lead, ns, "hold"))
+	waitFor(t, "the record to name the verified Freight", func() bool { return slices.Contains(stageRecord(t, s).Marked, name) })
+	op.idle(t)
+	if after := freightOnServer(t, ns, name); after.GetResourceVersion() != before.GetResourceVersion() {
+		t.Errorf("the verified Freight was written (resourceVersion %s -> %s)", before.GetResourceVersion(), after.GetResourceVersion())
+	}
+	assertMarks(t, op, s, 0)
+}
