@@ -202,13 +202,13 @@ func TestMarkReadsTheFreightOnce(t *testing.T) {
 	}
 }
 
-// markedLatch is markableStage's Stage with its cycle latched, by the
+// latchedProd is markableStage's Stage prod with its cycle latched, by the
 // Stage's health, at 10:01:00, and not yet marked.
-func markedLatch(name string) *unstructured.Unstructured {
+func latchedProd() *unstructured.Unstructured {
 	latchedAt := time.Date(2026, 11, 29, 10, 1, 0, 0, time.UTC)
 	rec := latch.Record{Phase: latch.PhaseLatched, Promotion: "p1", FreightID: "F1", ExaminedPromotion: "p1", LatchedBy: latch.LatchedByStage,
 		PromotedAt: ptrTime(latchedAt.Add(-time.Minute)), LatchedAt: &latchedAt}
-	s := markableStage(name)
+	s := markableStage("prod")
 	annotations := s.GetAnnotations()
 	annotations[StateAnnotation] = rec.Encode()
 	s.SetAnnotations(annotations)
@@ -216,7 +216,7 @@ func markedLatch(name string) *unstructured.Unstructured {
 }
 
 // freightVerifiedBy is Freight f1 verified in Stage prod at 10:01:00, the
-// second markedLatch latched in, with the managedFields entry the API
+// second latchedProd latched in, with the managedFields entry the API
 // server records for that write by manager.
 func freightVerifiedBy(manager string) *unstructured.Unstructured {
 	f := freightObject("f1")
@@ -239,7 +239,7 @@ func TestMarkLeavesKargosMarkOfTheSameSecond(t *testing.T) {
 			freightPatches.Add(1)
 			return false, nil, nil
 		})
-	}, markedLatch("prod"), freightVerifiedBy("kargo-controller"))
+	}, latchedProd(), freightVerifiedBy("kargo-controller"))
 	waitUntil(t, func() bool { return len(f.record("prod").Marked) == 1 })
 	f.idle()
 	if n := f.freightVerifiedEvents(); n != 0 {
@@ -248,7 +248,7 @@ func TestMarkLeavesKargosMarkOfTheSameSecond(t *testing.T) {
 	if n := freightPatches.Load(); n != 0 {
 		t.Errorf("%d Freight patches, want none", n)
 	}
-	if n := counterSum(t, f, "kargo_latch_freight_verified_total"); n != 0 {
+	if n := f.counterSum("kargo_latch_freight_verified_total", nil); n != 0 {
 		t.Errorf("kargo_latch_freight_verified_total = %v, want 0", n)
 	}
 }
@@ -256,7 +256,7 @@ func TestMarkLeavesKargosMarkOfTheSameSecond(t *testing.T) {
 // A try cut short after its patch (a crash before the Event) finds the
 // Freight verified at latchedAt by kargo-latch itself, and makes the Event.
 func TestMarkFoundAfterACrashGetsItsEvent(t *testing.T) {
-	f := newFixture(t, false, markedLatch("prod"), freightVerifiedBy(FieldManager))
+	f := newFixture(t, false, latchedProd(), freightVerifiedBy(FieldManager))
 	waitUntil(t, func() bool { return len(f.record("prod").Marked) == 1 })
 	f.idle()
 	if n := f.freightVerifiedEvents(); n != 1 {
@@ -297,22 +297,4 @@ func TestMarkConflictIsARetryNotAnError(t *testing.T) {
 			t.Errorf("logged an error for a conflict: %s %v", e.Message, e.Err)
 		}
 	}
-}
-
-// counterSum sums a counter of the fixture over its labels.
-func counterSum(t *testing.T, f *fixture, name string) float64 {
-	t.Helper()
-	mfs, err := f.reg.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	sum := 0.0
-	for _, mf := range mfs {
-		if mf.GetName() == name {
-			for _, m := range mf.GetMetric() {
-				sum += m.GetCounter().GetValue()
-			}
-		}
-	}
-	return sum
 }
