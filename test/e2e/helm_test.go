@@ -132,36 +132,6 @@ func TestChartRendersTheKustomizeInstall(t *testing.T) {
 // partOfDefault are the kustomize components manifests/default includes.
 var partOfDefault = map[string]bool{"pause-gate": true, "requested-by": true, "kargo-controllers": true}
 
-// dropRequestedBy writes an overlay of base that drops the requested-by
-// mark with the patches components/requested-by/kustomization.yaml shows,
-// copied from there, and returns its directory.
-func dropRequestedBy(t *testing.T, base string) string {
-	t.Helper()
-	doc, err := os.ReadFile(filepath.Join(env.cluster.Root, "manifests", "components", "requested-by", "kustomization.yaml"))
-	must(t, err)
-	var patches []string
-	in := false
-	for _, line := range strings.Split(string(doc), "\n") {
-		switch {
-		case strings.HasPrefix(line, "#   patches:"):
-			in = true
-		case in && strings.HasPrefix(line, "#   "):
-			patches = append(patches, strings.TrimPrefix(line, "#   "))
-		default:
-			in = false
-		}
-	}
-	if len(patches) == 0 {
-		t.Fatal("components/requested-by/kustomization.yaml shows no patches to drop it")
-	}
-	dir := t.TempDir()
-	b, err := filepath.Rel(dir, base)
-	must(t, err)
-	k := "apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\nresources: [" + jsonString(b) + "]\npatches:\n" + strings.Join(patches, "\n") + "\n"
-	must(t, os.WriteFile(filepath.Join(dir, "kustomization.yaml"), []byte(k), 0o600))
-	return dir
-}
-
 // overlay writes a kustomization of base plus component, and returns its
 // directory.
 func overlay(t *testing.T, base, component string) string {
