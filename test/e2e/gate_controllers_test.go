@@ -79,7 +79,7 @@ func TestGateRefusesEveryKargoController(t *testing.T) {
 	kargoCtlUser := "system:serviceaccount:" + ns + ":kargo-controller"
 	isolatePolicies(t, tag, widenedInstall(t, prefix, kargoCtlUser, "^kargo-shard-(eu|us)$"))
 	gate := prefix + "kargo-latch-pause-gate"
-	labelNamespace(t, ns, "e2e-policies", tag)
+	isolateNamespace(t, ns, tag)
 	env.createStage(t, ns, "prod", nil)
 	env.createStage(t, ns, "dev", nil)
 	must(t, createPause(env.dev, pause(ns, "hold", "prod", "Manual")))
@@ -161,7 +161,7 @@ func TestGatePeopleExemptsEveryKargoController(t *testing.T) {
 	isolatePolicies(t, tag, widenedInstall(t, prefix, "system:serviceaccount:kargo:kargo-controller", "^kargo-shard-(eu|us)$", "gate-people"))
 	people := prefix + "kargo-latch-pause-gate-people"
 	ns := env.newProject(t)
-	labelNamespace(t, ns, "e2e-policies", tag)
+	isolateNamespace(t, ns, tag)
 	env.createStage(t, ns, "prod", nil)
 	must(t, createPause(env.dev, pause(ns, "hold", "prod", "Manual")))
 	waitFor(t, "the people gate to refuse dev", func() bool {
@@ -263,6 +263,7 @@ func dropRequestedBy(t *testing.T, base string) string {
 	b, err := filepath.Rel(dir, base)
 	must(t, err)
 	k := "apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\nresources: [" + jsonString(b) + "]\npatches:\n" + strings.Join(patches, "\n") + "\n"
+	//nolint:gosec // the repository's own documentation, into the test's temporary directory
 	must(t, os.WriteFile(filepath.Join(dir, "kustomization.yaml"), []byte(k), 0o600))
 	return dir
 }

@@ -71,10 +71,11 @@ var admissionPolicies = map[string]schema.GroupVersionResource{
 	"MutatingAdmissionPolicyBinding":   {Group: "admissionregistration.k8s.io", Version: "v1", Resource: "mutatingadmissionpolicybindings"},
 }
 
-func labelNamespace(t *testing.T, ns, key, value string) {
+// isolateNamespace puts ns under the policies isolatePolicies made for tag.
+func isolateNamespace(t *testing.T, ns, tag string) {
 	t.Helper()
 	_, err := env.kube.CoreV1().Namespaces().Patch(ctx, ns, types.MergePatchType,
-		[]byte(`{"metadata":{"labels":{"`+key+`":"`+value+`"}}}`), metav1.PatchOptions{})
+		[]byte(`{"metadata":{"labels":{"e2e-policies":"`+tag+`"}}}`), metav1.PatchOptions{})
 	must(t, err)
 }
 
@@ -107,7 +108,7 @@ func TestGatePeopleRefusesKargoAPIServer(t *testing.T) {
 	apiPolicy, peoplePolicy := prefix+"kargo-latch-pause-gate-kargo-api", prefix+"kargo-latch-pause-gate-people"
 
 	ns := env.newProject(t)
-	labelNamespace(t, ns, "e2e-policies", tag)
+	isolateNamespace(t, ns, tag)
 	env.createStage(t, ns, "prod", nil)
 	env.createStage(t, ns, "dev", nil)
 	kargoAPI := dynamic.NewForConfigOrDie(env.cluster.UserConfig(kargoAPIToken))
@@ -206,7 +207,7 @@ patches:
 `, "components/gate-people")
 	isolatePolicies(t, tag2, patched)
 	ns2 := env.newProject(t)
-	labelNamespace(t, ns2, "e2e-policies", tag2)
+	isolateNamespace(t, ns2, tag2)
 	env.createStage(t, ns2, "prod", nil)
 	must(t, createPause(env.dev, pause(ns2, "hold", "prod", "Manual")))
 	waitFor(t, "the patched gate to refuse the other API server identity", func() bool {
