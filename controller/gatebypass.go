@@ -24,13 +24,20 @@ import (
 // was created while a StagePause covered it: the pause gate did not stop it.
 const ReasonGateBypassed = "GateBypassed"
 
-// The pause gate (manifests/components/pause-gate) matches one requester
-// only, Kargo's controller ServiceAccount as the policy names it. When
-// Kargo's controller runs as another identity, the gate fails open, and
-// silently: Kubernetes reports nothing. The operator sees the result, an
-// auto-promotion that exists although a pause covered its Stage when it was
-// created, and says so once per Promotion: a Warning GateBypassed on the
-// Stage and kargo_latch_gate_bypassed_total{project,stage}.
+// The pause gate (manifests/components/pause-gate) refuses the
+// auto-promotions of the identities its setting names as Kargo's
+// controllers (kargo-latch-kargo-controllers; the chart's
+// pauseGate.kargoController* values). A Kargo controller that runs as
+// another identity, such as a shard whose kubeconfig names another user,
+// passes it, and silently: Kubernetes reports nothing. The operator judges
+// Promotions by their actor and phase, whoever created them: it sees the
+// result, an auto-promotion that exists although a pause covered its Stage
+// when it was created, and says so once per Promotion: a Warning
+// GateBypassed on the Stage and kargo_latch_gate_bypassed_total{project,stage}.
+// The Warning names the username that created the Promotion, which the
+// MutatingAdmissionPolicy kargo-latch-requested-by (manifests/components/
+// requested-by) stamps on an auto-promotion made under a pause
+// (RequestedByAnnotation), and the setting to widen.
 //
 // Once per Promotion, also across restarts and replicas: the Event's name
 // derives from the Promotion's UID and is written directly (as eventOnce
@@ -53,6 +60,11 @@ const ReasonGateBypassed = "GateBypassed"
 // made while no replica led is not missed; the Event's name keeps it one.
 // The counter counts on the replica whose Create made the Event, so a sum
 // over replicas counts each bypass once.
+
+// RequestedByAnnotation is on an auto-promotion created while a pause
+// covered its Stage: the username that created it, stamped by the API
+// server (the MutatingAdmissionPolicy kargo-latch-requested-by).
+const RequestedByAnnotation = "kargo-latch.io/requested-by"
 
 // bypassHorizon bounds the age of the Promotions judged: below the default
 // Event TTL of kube-apiserver (1h), with room for clock skew between the
@@ -256,7 +268,8 @@ func (c *Controller) judgeGateBypass(logger klog.Logger, p *kargo.Promotion) err
 	w.mu.Unlock()
 	if created {
 		c.cfg.Metrics.GateBypassed.WithLabelValues(p.Namespace, p.Stage).Inc()
-		logger.Info("An auto-promotion passed the pause gate", "promotion", klog.KObj(p), "stage", p.Stage, "pause", pauses[0].Name)
+		logger.Info("An auto-promotion passed the pause gate", "promotion", klog.KObj(p), "stage", p.Stage, "pause", pauses[0].Name,
+			"requestedBy", p.Annotations[RequestedByAnnotation])
 	}
 	return nil
 }
@@ -268,15 +281,7 @@ func (c *Controller) reportGateBypass(ctx context.Context, p *kargo.Promotion, p
 	if s, ok, err := c.stageByKey(cache.NewObjectName(p.Namespace, p.Stage)); err == nil && ok {
 		stage = s
 	}
-	names := make([]string, len(pauses))
-	for i, sp := range pauses {
-		names[i] = fmt.Sprintf("%s (reason %s)", sp.Name, sp.EffectiveReason())
-	}
-	msg := fmt.Sprintf("Auto-promotion %s was created at %s while StagePause %s covered the Stage: the pause gate did not stop it. "+
-		"The ValidatingAdmissionPolicy kargo-latch-pause-gate gates only the requester it names "+
-		"(system:serviceaccount:kargo:kargo-controller unless patched); if Kargo's controller runs as another identity, "+
-		"patch the policy (runbook KargoLatchGateBypassed)",
-		p.Name, p.CreationTimestamp.UTC().Format(time.RFC3339), strings.Join(names, ", "))
+	msg := gateBypassMessage(p, pauses)
 	now := metav1.NewTime(c.clock.Now())
 	ev := &corev1.Event{
 		ObjectMeta: metav1.ObjectMeta{Name: gateBypassEventName(p), Namespace: p.Namespace},
@@ -300,6 +305,33 @@ func (c *Controller) reportGateBypass(ctx context.Context, p *kargo.Promotion, p
 		return false, fmt.Errorf("recording %s for Promotion %s: %w", ReasonGateBypassed, p.Name, err)
 	}
 	return true, nil
+}
+
+// gateBypassMessage says which Promotion passed the gate under which pauses,
+// who created it (the username the API server stamped, when it did), and
+// which setting to widen: the one that names Kargo's controllers. Names
+// are shortened so that the advice fits in an Event's message (the Event's
+// related object names the Promotion in full).
+func gateBypassMessage(p *kargo.Promotion, pauses []*v1alpha1.StagePause) string {
+	const shown = 3 // a project-wide pause and a Stage's own, and then some
+	var names []string
+	for _, sp := range pauses[:min(len(pauses), shown)] {
+		names = append(names, fmt.Sprintf("%s (reason %s)", sp.Name, sp.EffectiveReason()))
+	}
+	if len(pauses) > shown {
+		names = append(names, fmt.Sprintf("and %d more", len(pauses)-shown))
+	}
+	who, advice := "an unknown user (it carries no "+RequestedByAnnotation+
+		", which the MutatingAdmissionPolicy kargo-latch-requested-by stamps on Kubernetes 1.36+ where it is installed)",
+		"if one of Kargo's controllers (a shard?) runs as an identity it does not name, add that username"
+	if user := p.Annotations[RequestedByAnnotation]; user != "" {
+		who, advice = user, "if that user is one of Kargo's (a shard?), add it"
+	}
+	return fmt.Sprintf("Auto-promotion %s, created at %s by %s, passed the pause gate (ValidatingAdmissionPolicy kargo-latch-pause-gate) "+
+		"although StagePause %s covered the Stage. The gate refuses only the identities its setting names as Kargo's controllers: "+
+		"%s to the Helm values pauseGate.kargoControllers or pauseGate.kargoControllerRegex, "+
+		"or to the kustomize ConfigMap kargo-latch-kargo-controllers (usernames, regex); runbook KargoLatchGateBypassed",
+		truncate(p.Name, 100), p.CreationTimestamp.UTC().Format(time.RFC3339), who, truncate(strings.Join(names, ", "), 150), advice)
 }
 
 // gateBypassEventName derives the Event's name from the Promotion alone

@@ -102,8 +102,12 @@ func bypassObjects(now time.Time) []*unstructured.Unstructured {
 	}}
 	promo := func(name, actor string, created time.Duration) *unstructured.Unstructured {
 		md := map[string]any{"name": name, "namespace": "shop", "uid": name + "-uid", "creationTimestamp": ts(created)}
-		if actor != "" {
+		switch {
+		case actor != "":
 			md["annotations"] = map[string]any{kargo.CreateActorAnnotation: actor}
+		case name == "bypass":
+			// Stamped by the API server (kargo-latch-requested-by).
+			md["annotations"] = map[string]any{RequestedByAnnotation: "kargo-shard-eu"}
 		}
 		return &unstructured.Unstructured{Object: map[string]any{
 			"apiVersion": kargo.GroupVersion.String(), "kind": "Promotion", "metadata": md,
@@ -199,6 +203,15 @@ func TestGateBypassWarnsOncePerPromotion(t *testing.T) {
 			t.Errorf("message %q does not name the pause and the policy", e.Message)
 		}
 		related[e.Related.Name] = true
+		// The requester, stamped on "bypass" only, and the setting to widen.
+		requester := "by an unknown user"
+		if e.Related.Name == "bypass" {
+			requester = "by kargo-shard-eu,"
+		}
+		if !strings.Contains(e.Message, requester) || !strings.Contains(e.Message, "pauseGate.kargoControllers") ||
+			!strings.Contains(e.Message, "kargo-latch-kargo-controllers") {
+			t.Errorf("message %q does not name the requester (%q) and the setting to widen", e.Message, requester)
+		}
 	}
 	if !related["bypass"] || !related["controller"] {
 		t.Errorf("Events about %v, want bypass and controller", related)
@@ -242,6 +255,54 @@ func TestGateBypassWarnsOncePerPromotion(t *testing.T) {
 	}
 	if got := bypassCount(t, reg, labels); got != 0 {
 		t.Errorf("the restarted operator counted %v bypasses, want 0", got)
+	}
+}
+
+// TestGateBypassMessage: the Warning names the Promotion, the pauses, who
+// created it and the setting to widen; without the API server's stamp, it
+// says the username is unknown and why. Many pauses, long names: it stays
+// within an Event's 1024 characters, the advice included.
+func TestGateBypassMessage(t *testing.T) {
+	at := time.Date(2026, 12, 1, 10, 0, 0, 0, time.UTC)
+	pause := func(name string) *v1alpha1.StagePause {
+		return &v1alpha1.StagePause{ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: v1alpha1.StagePauseSpec{Stage: "prod"}}
+	}
+	promo := func(name, requester string) *kargo.Promotion {
+		p := &kargo.Promotion{Stage: "prod"}
+		p.Name, p.CreationTimestamp = name, metav1.NewTime(at)
+		if requester != "" {
+			p.Annotations = map[string]string{RequestedByAnnotation: requester}
+		}
+		return p
+	}
+	setting := []string{"pauseGate.kargoControllers", "pauseGate.kargoControllerRegex", "ConfigMap kargo-latch-kargo-controllers", "KargoLatchGateBypassed"}
+	long := strings.Repeat("x", 240)
+	for _, tc := range []struct {
+		name   string
+		p      *kargo.Promotion
+		pauses []*v1alpha1.StagePause
+		want   []string
+	}{
+		{"stamped", promo("prod.01j.abc", "kargo-shard-eu"), []*v1alpha1.StagePause{pause("hold")},
+			[]string{"Auto-promotion prod.01j.abc, created at 2026-12-01T10:00:00Z by kargo-shard-eu,", "StagePause hold (reason Manual)", "if that user is one of Kargo's (a shard?), add it to"}},
+		{"not stamped", promo("prod.01j.abc", ""), []*v1alpha1.StagePause{pause("hold")},
+			[]string{"by an unknown user", RequestedByAnnotation, "MutatingAdmissionPolicy kargo-latch-requested-by", "1.36", "add that username to"}},
+		{"many pauses", promo("prod.01j.abc", "kargo-shard-eu"), []*v1alpha1.StagePause{pause("a"), pause("b"), pause("c"), pause("d"), pause("e")},
+			[]string{"StagePause a (reason Manual), b (reason Manual), c (reason Manual), and 2 more covered"}},
+		{"many pauses, long names", promo("prod."+long, "system:serviceaccount:"+long[:150]), []*v1alpha1.StagePause{pause("a" + long), pause("b"), pause("c"), pause("d"), pause("e")},
+			[]string{"by system:serviceaccount:" + long[:150] + ","}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			msg := gateBypassMessage(tc.p, tc.pauses)
+			if len(msg) > 1024 {
+				t.Errorf("message of %d characters, over an Event's 1024: %q", len(msg), msg)
+			}
+			for _, want := range append(tc.want, setting...) {
+				if !strings.Contains(msg, want) {
+					t.Errorf("message %q does not say %q", msg, want)
+				}
+			}
+		})
 	}
 }
 

@@ -15,6 +15,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/dynamic"
 
@@ -40,33 +41,41 @@ func buildOverlay(t *testing.T, extra string, components ...string) []*unstructu
 	return objs
 }
 
-// isolatePolicies makes a test's copy of cluster-wide admission policies:
-// each binding matches only namespaces labeled e2e-policies=<tag>, and the
-// objects are deleted when the test ends. The names must already be the
-// test's own (namePrefix).
+// isolatePolicies makes a test's copy of cluster-wide admission policies
+// (validating and mutating): each binding matches only namespaces labeled
+// e2e-policies=<tag>, and the objects are deleted when the test ends. The
+// names must already be the test's own (namePrefix).
 func isolatePolicies(t *testing.T, tag string, objs []*unstructured.Unstructured) {
 	t.Helper()
 	for _, o := range objs {
-		if o.GetKind() == "ValidatingAdmissionPolicyBinding" {
+		if _, ok := admissionPolicies[o.GetKind()]; !ok {
+			t.Fatalf("isolatePolicies: %s %s is no admission policy or binding", o.GetKind(), o.GetName())
+		}
+		if strings.HasSuffix(o.GetKind(), "Binding") {
 			must(t, unstructured.SetNestedMap(o.Object, map[string]any{"matchLabels": map[string]any{"e2e-policies": tag}}, "spec", "matchResources", "namespaceSelector"))
 		}
 	}
 	must(t, applyObjects(objs))
 	t.Cleanup(func() {
 		for _, o := range objs {
-			res := vaPolicies
-			if o.GetKind() == "ValidatingAdmissionPolicyBinding" {
-				res = vapBindings
-			}
-			_ = env.dyn.Resource(res).Delete(context.Background(), o.GetName(), metav1.DeleteOptions{})
+			_ = env.dyn.Resource(admissionPolicies[o.GetKind()]).Delete(context.Background(), o.GetName(), metav1.DeleteOptions{})
 		}
 	})
 }
 
-func labelNamespace(t *testing.T, ns, key, value string) {
+// admissionPolicies are the resources of the admission policies' kinds.
+var admissionPolicies = map[string]schema.GroupVersionResource{
+	"ValidatingAdmissionPolicy":        vaPolicies,
+	"ValidatingAdmissionPolicyBinding": vapBindings,
+	"MutatingAdmissionPolicy":          {Group: "admissionregistration.k8s.io", Version: "v1", Resource: "mutatingadmissionpolicies"},
+	"MutatingAdmissionPolicyBinding":   {Group: "admissionregistration.k8s.io", Version: "v1", Resource: "mutatingadmissionpolicybindings"},
+}
+
+// isolateNamespace puts ns under the policies isolatePolicies made for tag.
+func isolateNamespace(t *testing.T, ns, tag string) {
 	t.Helper()
 	_, err := env.kube.CoreV1().Namespaces().Patch(ctx, ns, types.MergePatchType,
-		[]byte(`{"metadata":{"labels":{"`+key+`":"`+value+`"}}}`), metav1.PatchOptions{})
+		[]byte(`{"metadata":{"labels":{"e2e-policies":"`+tag+`"}}}`), metav1.PatchOptions{})
 	must(t, err)
 }
 
@@ -99,7 +108,7 @@ func TestGatePeopleRefusesKargoAPIServer(t *testing.T) {
 	apiPolicy, peoplePolicy := prefix+"kargo-latch-pause-gate-kargo-api", prefix+"kargo-latch-pause-gate-people"
 
 	ns := env.newProject(t)
-	labelNamespace(t, ns, "e2e-policies", tag)
+	isolateNamespace(t, ns, tag)
 	env.createStage(t, ns, "prod", nil)
 	env.createStage(t, ns, "dev", nil)
 	kargoAPI := dynamic.NewForConfigOrDie(env.cluster.UserConfig(kargoAPIToken))
@@ -198,7 +207,7 @@ patches:
 `, "components/gate-people")
 	isolatePolicies(t, tag2, patched)
 	ns2 := env.newProject(t)
-	labelNamespace(t, ns2, "e2e-policies", tag2)
+	isolateNamespace(t, ns2, tag2)
 	env.createStage(t, ns2, "prod", nil)
 	must(t, createPause(env.dev, pause(ns2, "hold", "prod", "Manual")))
 	waitFor(t, "the patched gate to refuse the other API server identity", func() bool {

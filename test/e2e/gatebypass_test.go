@@ -13,6 +13,7 @@ import (
 	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/client-go/dynamic"
 
 	"github.com/kargo-latch/kargo-latch/api/v1alpha1"
@@ -84,10 +85,12 @@ func pauseInForce(t *testing.T, s *driver.Stage, name string) {
 
 // TestGateBypassedIsReported: Kargo's controller runs as another identity
 // than the gate names, so its auto-promotion to a paused Stage passes. The
-// operator warns once (GateBypassed on the Stage, the counter), not for an
-// auto-promotion to an unpaused Stage, nor for a person's Promotion to the
-// paused one, nor for one queued before the pause; and a restarted operator,
-// which judges the same Promotion again, neither warns nor counts again.
+// operator warns once (GateBypassed on the Stage, the counter), naming the
+// username that created it (which the API server stamped on it) and the
+// setting to widen; not for an auto-promotion to an unpaused Stage, nor for
+// a person's Promotion to the paused one (neither of which is marked), nor
+// for one queued before the pause; and a restarted operator, which judges
+// the same Promotion again, neither warns nor counts again.
 func TestGateBypassedIsReported(t *testing.T) {
 	t.Parallel()
 	ns := env.newProject(t)
@@ -111,16 +114,22 @@ func TestGateBypassedIsReported(t *testing.T) {
 	// Not bypasses, each seen by the operator (a sync of its Stage follows
 	// the look at the Promotion): an auto-promotion to an unpaused Stage,
 	// and a person's Promotion to the paused one (the gate lets people pass).
-	op.sees(t, "an auto-promotion to the unpaused Stage dev", func() error {
-		_, err := driver.CreatePromotion(ctx, otherKargo, ns, "dev", "")
+	var unpaused, person *unstructured.Unstructured
+	op.sees(t, "an auto-promotion to the unpaused Stage dev", func() (err error) {
+		unpaused, err = driver.CreatePromotion(ctx, otherKargo, ns, "dev", "")
 		return err
 	})
-	op.sees(t, "a person's Promotion to the paused Stage", func() error {
-		_, err := driver.CreatePromotion(ctx, env.dev, ns, "prod", "kubernetes:dev")
+	op.sees(t, "a person's Promotion to the paused Stage", func() (err error) {
+		person, err = driver.CreatePromotion(ctx, env.dev, ns, "prod", "kubernetes:dev")
 		return err
 	})
 	if n := reports.Load(); n != 0 {
 		t.Fatalf("%d GateBypassed reports before any bypass, want 0", n)
+	}
+	for _, p := range []*unstructured.Unstructured{unpaused, person} {
+		if by, ok := p.GetAnnotations()[controller.RequestedByAnnotation]; ok {
+			t.Errorf("Promotion %s is marked requested-by %q: only an auto-promotion under a pause is", p.GetName(), by)
+		}
 	}
 
 	// The bypass: the other identity's auto-promotion passes the gate.
@@ -129,11 +138,19 @@ func TestGateBypassedIsReported(t *testing.T) {
 	if err != nil {
 		t.Fatalf("the gate refused the other identity (the test needs it to fail open): %v", err)
 	}
+	otherUser := "system:serviceaccount:" + ns + ":kargo-controller"
+	if by := bypass.GetAnnotations()[controller.RequestedByAnnotation]; by != otherUser {
+		t.Errorf("the bypassing Promotion is marked requested-by %q, want %s", by, otherUser)
+	}
 	ev := waitEvent(t, prod, controller.ReasonGateBypassed)
 	t.Logf("GateBypassed %v after the bypassing Promotion was created", time.Since(start).Round(time.Millisecond))
 	if ev.Type != corev1.EventTypeWarning || ev.Related == nil || ev.Related.Name != bypass.GetName() ||
 		!strings.Contains(ev.Message, bypass.GetName()) || !strings.Contains(ev.Message, "StagePause hold (reason Manual)") {
 		t.Errorf("GateBypassed Event %s %q (related %+v), want a Warning naming %s and the pause hold", ev.Type, ev.Message, ev.Related, bypass.GetName())
+	}
+	if !strings.Contains(ev.Message, "by "+otherUser+",") || !strings.Contains(ev.Message, "pauseGate.kargoControllers") ||
+		!strings.Contains(ev.Message, "kargo-latch-kargo-controllers") {
+		t.Errorf("GateBypassed %q does not name the requester %s and the setting to widen", ev.Message, otherUser)
 	}
 	waitFor(t, "the bypass to be counted", func() bool { return op.metric(gateMetric, "project", ns, "stage", "prod") == 1 })
 

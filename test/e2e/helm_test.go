@@ -86,8 +86,8 @@ func TestChartRendersTheKustomizeInstall(t *testing.T) {
 	must(t, err)
 	for _, c := range components {
 		name := filepath.Base(c)
-		if name == "pause-gate" {
-			continue // part of manifests/default
+		if partOfDefault[name] {
+			continue
 		}
 		sets, ok := componentToggles[name]
 		if !ok {
@@ -114,11 +114,23 @@ func TestChartRendersTheKustomizeInstall(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			want, err := cluster.Kustomize(tc.kustomize)
 			must(t, err)
-			got := renderChart(t, "kargo-latch", "kargo-latch", setFlags(tc.sets)...)
+			got := renderChart(t, "kargo-latch", "kargo-latch", append(setFlags(tc.sets), "--api-versions", mutatingPolicyAPI)...)
 			compareInstalls(t, got, want)
 		})
 	}
+	// A cluster without MutatingAdmissionPolicy (Kubernetes before 1.36):
+	// the chart leaves out the requested-by mark, as the kustomize install
+	// does with the patch its kustomization.yaml documents.
+	t.Run("no MutatingAdmissionPolicy API", func(t *testing.T) {
+		want, err := cluster.Kustomize(dropRequestedBy(t, filepath.Join(root, "default")))
+		must(t, err)
+		got := renderChart(t, "kargo-latch", "kargo-latch")
+		compareInstalls(t, got, want)
+	})
 }
+
+// partOfDefault are the kustomize components manifests/default includes.
+var partOfDefault = map[string]bool{"pause-gate": true, "requested-by": true, "kargo-controllers": true}
 
 // overlay writes a kustomization of base plus component, and returns its
 // directory.
@@ -238,7 +250,8 @@ func TestChartPassesServerSideDryRun(t *testing.T) {
 	t.Parallel()
 	ns := env.newProject(t)
 	release := "kargo-latch-dry-" + randomTag()
-	objs := renderChart(t, release, ns, "--values", filepath.Join(env.cluster.Root, chartPath, "ci", "all-on-values.yaml"))
+	objs := renderChart(t, release, ns, "--values", filepath.Join(env.cluster.Root, chartPath, "ci", "all-on-values.yaml"),
+		"--api-versions", mutatingPolicyAPI)
 	slices.SortStableFunc(objs, func(a, b *unstructured.Unstructured) int {
 		return boolOrder(a.GetKind() != "CustomResourceDefinition", b.GetKind() != "CustomResourceDefinition")
 	})
@@ -284,6 +297,7 @@ func TestChartPassesServerSideDryRun(t *testing.T) {
 	for kind, want := range map[string]int{
 		"CustomResourceDefinition": 1, "Deployment": 3, "Service": 3, "ServiceMonitor": 1,
 		"PrometheusRule": 1, "ConfigMap": 1, "ValidatingAdmissionPolicy": 6, "ValidatingAdmissionPolicyBinding": 6,
+		"MutatingAdmissionPolicy": 1, "MutatingAdmissionPolicyBinding": 1,
 	} {
 		if kinds[kind] != want {
 			t.Errorf("rendered %d %s, want %d (all kinds: %v)", kinds[kind], kind, want, kinds)
@@ -422,8 +436,11 @@ func sameSetting(value, def string) bool {
 // the real binary with the arguments of the Deployment the chart made, as
 // the ServiceAccount the chart made (no kubelet runs Pods here). A failed
 // promotion pauses its Stage, and the chart's pause gate, keyed on the
-// Kargo controller ServiceAccount given in the values, refuses Kargo's
-// auto-promotion to it.
+// Kargo controller ServiceAccount given in the values (the value of before
+// pauseGate.kargoControllers, which keeps working) and on the regex of
+// pauseGate.kargoControllerRegex, refuses the auto-promotions of Kargo's
+// controller and of a shard's to it. The install has the requested-by
+// mark: Helm saw that the cluster serves MutatingAdmissionPolicy.
 func TestHelmInstallPausesAStage(t *testing.T) {
 	t.Parallel()
 	releaseNS := env.newProject(t)
@@ -440,6 +457,13 @@ func TestHelmInstallPausesAStage(t *testing.T) {
 	t.Cleanup(func() {
 		_ = env.kube.RbacV1().ClusterRoleBindings().Delete(context.Background(), release+"-kargo-controller", metav1.DeleteOptions{})
 	})
+	// A shard's controller, matched by this install's regex only.
+	_, err = env.kube.CoreV1().ServiceAccounts(releaseNS).Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: "kargo-shard-eu"}}, metav1.CreateOptions{})
+	must(t, err)
+	must(t, applyObjects([]*unstructured.Unstructured{cluster.BindUser(release+"-kargo-shard", "e2e-kargo-controller", "system:serviceaccount:"+releaseNS+":kargo-shard-eu")}))
+	t.Cleanup(func() {
+		_ = env.kube.RbacV1().ClusterRoleBindings().Delete(context.Background(), release+"-kargo-shard", metav1.DeleteOptions{})
+	})
 
 	settings := []string{
 		"controller.namespaces={" + project + "}",
@@ -455,6 +479,7 @@ func TestHelmInstallPausesAStage(t *testing.T) {
 		"controller.stageDefaults.markVerified=true",
 		"markVerified.installRights=true",
 		"pauseGate.kargoControllerServiceAccount.namespace=" + releaseNS,
+		"pauseGate.kargoControllerRegex=^system:serviceaccount:" + releaseNS + ":kargo-shard-[a-z]+$",
 	}
 	args := []string{"install", release, filepath.Join(env.cluster.Root, chartPath), "--namespace", releaseNS,
 		// The shared test cluster has the CRD already, from the kustomize
@@ -518,6 +543,14 @@ func TestHelmInstallPausesAStage(t *testing.T) {
 	})
 	if !strings.Contains(refused.Error(), pauses[0].GetName()) {
 		t.Errorf("the gate's denial %q does not name the pause %s", refused, pauses[0].GetName())
+	}
+	shard, err := env.cluster.ServiceAccountConfig(ctx, releaseNS, "kargo-shard-eu")
+	must(t, err)
+	if _, err := driver.CreatePromotion(ctx, dynamic.NewForConfigOrDie(shard), project, "prod", ""); !deniedBy(err, gate) {
+		t.Errorf("the shard's auto-promotion to the paused Stage: %v, want refused by %s", err, gate)
+	}
+	if _, err := env.dyn.Resource(admissionPolicies["MutatingAdmissionPolicy"]).Get(ctx, release+"-requested-by", metav1.GetOptions{}); err != nil {
+		t.Errorf("the chart installed no requested-by mark on a cluster that serves MutatingAdmissionPolicy: %v", err)
 	}
 	if p.exited() {
 		t.Error("the operator exited")

@@ -33,7 +33,14 @@ const (
 	resumerToken  = "resumer-token"   // bound to kargo-latch-resumer only
 	kargoCtlToken = "kargo-ctl-token" // Kargo's controller ServiceAccount, as the gate knows it
 	kargoAPIToken = "kargo-api-token" // Kargo's API server ServiceAccount (UI, API, CLI), as gate-people knows it
+	// A sharded Kargo controller, which reaches the control plane with the
+	// kubeconfig it is given: its user, kargoShardUser, is not a
+	// ServiceAccount, and not in the shipped gate's setting.
+	kargoShardToken = "kargo-shard-token"
 )
+
+// kargoShardUser is the sharded Kargo controller's username.
+const kargoShardUser = "kargo-shard-eu"
 
 // kargoAPIUser is Kargo's API server as the chart installs it: the
 // ServiceAccount kargo-api in Kargo's namespace.
@@ -46,7 +53,7 @@ type world struct {
 	kube    kubernetes.Interface
 	kargo   *driver.Kargo
 	// As each actor.
-	dev, lead, resumer, kargoCtl dynamic.Interface
+	dev, lead, resumer, kargoCtl, kargoShard dynamic.Interface
 	// operator is a rest config for the operator's own ServiceAccount.
 	operator *rest.Config
 	// marker is the operator as installed with the opt-in mark-verified
@@ -89,6 +96,7 @@ func newWorld(ctx context.Context, opts cluster.Options, wrap func(http.RoundTri
 		resumerToken+",resumer,resumer,",
 		kargoCtlToken+",system:serviceaccount:kargo:kargo-controller,kargo-controller,\"system:serviceaccounts,system:serviceaccounts:kargo\"",
 		kargoAPIToken+","+kargoAPIUser+",kargo-api,\"system:serviceaccounts,system:serviceaccounts:kargo\"",
+		kargoShardToken+","+kargoShardUser+","+kargoShardUser+",",
 	)
 	c, err := cluster.Start(ctx, opts)
 	if err != nil {
@@ -105,13 +113,14 @@ func newWorld(ctx context.Context, opts cluster.Options, wrap func(http.RoundTri
 		return cfg
 	}
 	w := &world{
-		cluster:  c,
-		dyn:      dynamic.NewForConfigOrDie(as(c.Config)),
-		kube:     kubernetes.NewForConfigOrDie(as(c.Config)),
-		dev:      dynamic.NewForConfigOrDie(as(c.UserConfig(devToken))),
-		lead:     dynamic.NewForConfigOrDie(as(c.UserConfig(leadToken))),
-		resumer:  dynamic.NewForConfigOrDie(as(c.UserConfig(resumerToken))),
-		kargoCtl: dynamic.NewForConfigOrDie(as(c.UserConfig(kargoCtlToken))),
+		cluster:    c,
+		dyn:        dynamic.NewForConfigOrDie(as(c.Config)),
+		kube:       kubernetes.NewForConfigOrDie(as(c.Config)),
+		dev:        dynamic.NewForConfigOrDie(as(c.UserConfig(devToken))),
+		lead:       dynamic.NewForConfigOrDie(as(c.UserConfig(leadToken))),
+		resumer:    dynamic.NewForConfigOrDie(as(c.UserConfig(resumerToken))),
+		kargoCtl:   dynamic.NewForConfigOrDie(as(c.UserConfig(kargoCtlToken))),
+		kargoShard: dynamic.NewForConfigOrDie(as(c.UserConfig(kargoShardToken))),
 	}
 	w.kargo = driver.New(w.dyn)
 	if err := installShipped(ctx, c); err != nil {
@@ -139,13 +148,17 @@ func installShipped(ctx context.Context, c *cluster.Cluster) error {
 	objs = append(objs,
 		cluster.NewClusterRole("e2e-promoter", cluster.Rule(kargoGroup, "promotions", "create", "get", "list"), cluster.Rule(kargoGroup, "stages", "get", "list", "watch")),
 		cluster.NewClusterRole("e2e-projectconfig-editor", cluster.Rule(kargoGroup, "projectconfigs", "get", "update")),
-		cluster.NewClusterRole("e2e-kargo-controller", cluster.Rule(kargoGroup, "promotions", "create", "get", "list")),
+		// Kargo's controllers create Promotions, and PromotionRequests for
+		// target-aware Stages (Kargo main).
+		cluster.NewClusterRole("e2e-kargo-controller",
+			cluster.Rule(kargoGroup, "promotions", "create", "get", "list"), cluster.Rule(kargoGroup, "promotionrequests", "create", "get", "list")),
 		cluster.BindUser("e2e-dev-pauser", "kargo-latch-pauser", "dev"),
 		cluster.BindUser("e2e-dev-promoter", "e2e-promoter", "dev"),
 		cluster.BindUser("e2e-lead-resumer", "kargo-latch-resumer", "lead"),
 		cluster.BindUser("e2e-lead-projectconfigs", "e2e-projectconfig-editor", "lead"),
 		cluster.BindUser("e2e-resumer", "kargo-latch-resumer", "resumer"),
 		cluster.BindUser("e2e-kargo-controller", "e2e-kargo-controller", "system:serviceaccount:kargo:kargo-controller"),
+		cluster.BindUser("e2e-kargo-shard", "e2e-kargo-controller", kargoShardUser),
 		// Kargo's API server may create Promotions and, through the
 		// kargo-project-admin role Kargo binds it to, update ProjectConfigs.
 		cluster.BindUser("e2e-kargo-api-promoter", "e2e-promoter", kargoAPIUser),

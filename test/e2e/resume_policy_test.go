@@ -28,7 +28,7 @@ func TestResumePolicyExemptsOnlyKubernetesControllers(t *testing.T) {
 	isolatePolicies(t, tag, objs)
 	policy := prefix + "kargo-latch-resume-requires-projectconfig-update"
 	ns := env.newProject(t)
-	labelNamespace(t, ns, "e2e-policies", tag)
+	isolateNamespace(t, ns, tag)
 
 	// An intruder in kube-system with the resumer's rights (a ClusterRoleBinding).
 	intruder := prefix + "intruder"

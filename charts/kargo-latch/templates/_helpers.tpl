@@ -26,12 +26,49 @@ share one.
 {{- end -}}
 
 {{/*
-Kargo's controller's user name, whose Promotions are auto-promotions.
+The identities of Kargo's controllers, whose Promotions without a person as
+create-actor are auto-promotions: the exact usernames (the ServiceAccount of
+pauseGate.kargoControllerServiceAccount, then pauseGate.kargoControllers),
+and/or the RE2 regex pauseGate.kargoControllerRegex. The same setting as the
+kustomize install's kargo-latch-kargo-controllers
+(manifests/base/kargo-controllers.yaml).
+
+kargo-latch.kargoControllerUsernames is the usernames, comma-separated.
 */}}
-{{- define "kargo-latch.kargoControllerUser" -}}
-{{- with .Values.pauseGate.kargoControllerServiceAccount -}}
-{{- printf "system:serviceaccount:%s:%s" (required "pauseGate.kargoControllerServiceAccount.namespace is required" .namespace) (required "pauseGate.kargoControllerServiceAccount.name is required" .name) -}}
+{{- define "kargo-latch.kargoControllerUsernames" -}}
+{{- $names := list }}
+{{- with .Values.pauseGate.kargoControllerServiceAccount }}
+{{- if .name }}
+{{- $names = append $names (printf "system:serviceaccount:%s:%s" (required "pauseGate.kargoControllerServiceAccount.namespace is required with its name" .namespace) .name) }}
+{{- end }}
+{{- end }}
+{{- range $i, $name := .Values.pauseGate.kargoControllers }}
+{{- $name = toString $name }}
+{{- if or (eq $name "") (contains "," $name) (contains "'" $name) }}
+{{- fail (printf "pauseGate.kargoControllers[%d]: %q is not a username: it may be neither empty nor hold a comma or a single quote" $i $name) }}
+{{- end }}
+{{- $names = append $names $name }}
+{{- end }}
+{{- if contains "'" (toString .Values.pauseGate.kargoControllerRegex) }}
+{{- fail "pauseGate.kargoControllerRegex may not hold a single quote: write it as \\x27" }}
+{{- end }}
+{{- if and (not $names) (not .Values.pauseGate.kargoControllerRegex) }}
+{{- fail "pauseGate names none of Kargo's controllers: set pauseGate.kargoControllerServiceAccount, pauseGate.kargoControllers or pauseGate.kargoControllerRegex" }}
+{{- end }}
+{{- join "," $names -}}
 {{- end -}}
+
+{{/*
+A CEL condition, true when the requester is one of Kargo's controllers: its
+username is one of kargo-latch.kargoControllerUsernames, or matches
+pauseGate.kargoControllerRegex (unanchored, as CEL's matches() and Kargo's
+own controlplaneUserRegex; empty matches nothing). Word for word the
+kustomize install's, whose components/kargo-controllers writes the two r''
+literals.
+*/}}
+{{- define "kargo-latch.isKargoController" -}}
+request.userInfo.username in r'{{ include "kargo-latch.kargoControllerUsernames" . }}'.split(",").map(n, n.trim()) ||
+[r'{{ .Values.pauseGate.kargoControllerRegex }}'].exists(re, re != "" && request.userInfo.username.matches(re))
 {{- end -}}
 
 {{/*
