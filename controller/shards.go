@@ -27,10 +27,10 @@ func shardSelectors(shard string, defaultShard bool) []string {
 	return out
 }
 
-// ShardKey is the key under which this operator counts the Stages a
-// StagePause pauses in status.shards: its shard's name, "default" for the
-// operator of the unlabelled Stages alone, and "" (no key: it alone counts
-// status.stages) when unsharded.
+// ShardKey names this operator's shard: its shard's name, "default" for
+// the operator of the unlabelled Stages alone, and "" when unsharded. It
+// is the operator's key in a StagePause's status.shards when sharded (see
+// statusKey).
 func ShardKey(shard string, defaultShard bool) string {
 	switch {
 	case shard != "":
