@@ -70,12 +70,14 @@ $(BIN)/etcd:
 	@echo ">> Building etcd v3.7.0 from Go modules into bin/ (first run only; under a minute)..."
 	cd test/tools && $(GO) build -o $(BIN)/etcd ./etcd
 
-## rules: check the alert rules and run their unit tests with promtool, and
+## rules: check the alert rules and run their unit tests with promtool (and
+## those of the shards example, with a KargoLatchDown per operator), and
 ## check the Grafana dashboard's queries against the metrics the operator
 ## exports (hack/dashboard).
 rules: $(PROMTOOL)
-	$(PROMTOOL) check rules manifests/prometheus/rules.yaml
+	$(PROMTOOL) check rules manifests/prometheus/rules.yaml manifests/examples/shards-monitoring/rules.yaml
 	cd manifests/prometheus && $(PROMTOOL) test rules rules_test.yaml
+	cd manifests/examples/shards-monitoring && $(PROMTOOL) test rules rules_test.yaml
 	cd hack/dashboard && $(GO) test -count=1 ./...
 
 ## prometheus: build promtool and prometheus (Prometheus 3) from Go modules

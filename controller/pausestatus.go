@@ -17,15 +17,18 @@ import (
 	"github.com/kargo-latch/kargo-latch/api/v1alpha1"
 )
 
-// A StagePause is per project, and a project's Stages may be served by the
-// operators of several shards. Each counts the Stages it serves under its
-// own key of status.shards and sets status.stages to the sum of all keys;
-// since and the Active condition follow from the pause and that sum alone.
-// So every shard computes the same status from the same object: one that
-// finds it right writes nothing, and no two shards undo each other. Each
-// write is conditional on the resourceVersion its sum was computed from: a
-// shard that wrote its key meanwhile makes it conflict, and the retry sums
-// again from the cache once it shows that write.
+// A StagePause is per project, and a project's Stages may be served by
+// several operators: one per shard, and, while an installation moves to
+// shards, an unsharded one beside them. Each counts the Stages it pauses
+// under its own key of status.shards (statusKey) and writes no other key
+// (but the one it supersedes: see supersededKey). status.stages follows
+// from the keys alone (stagesOf), and since and the Active condition from
+// the pause and status.stages. So every operator computes the same status
+// from the same object: one that finds it right writes nothing, and no two
+// undo each other. Each write is conditional on the resourceVersion it was
+// computed from: an operator that wrote its key meanwhile makes it
+// conflict, and the retry computes again from the cache once it shows that
+// write.
 
 // syncPauseStatus keeps a StagePause's status (since, stages, shards, the
 // Active condition) true to the Stages that exist now. status.drained is
@@ -55,12 +58,12 @@ func (c *Controller) syncPauseStatus(ctx context.Context, key cache.ObjectName) 
 			covered++
 		}
 	}
-	shard := ShardKey(c.cfg.Shard, c.cfg.DefaultShard)
-	want := pauseStatus(p, shard, covered)
+	shardKey := statusKey(c.cfg.Shard, c.cfg.DefaultShard)
+	want := pauseStatus(p, shardKey, covered)
 	if statusEqual(&p.Status, want) || c.cfg.DryRun {
 		return 0, nil
 	}
-	body, err := json.Marshal(statusPatch(p, shard, want))
+	body, err := json.Marshal(statusPatch(p, shardKey, want))
 	if err != nil {
 		return 0, err
 	}
@@ -71,39 +74,32 @@ func (c *Controller) syncPauseStatus(ctx context.Context, key cache.ObjectName) 
 	}
 	if err == nil {
 		klog.FromContext(ctx).V(2).Info("Updated StagePause status", "pause", klog.KRef(p.Namespace, p.Name),
-			"stages", want.Stages, "shard", shard, "shardStages", covered)
+			"stages", want.Stages, "key", shardKey, "counted", covered)
 	}
 	return 0, err
 }
 
-// pauseStatus is the status p should have when this operator's caches show
-// it covering covered Stages. shard is this operator's key in
-// status.shards (see ShardKey); "" when unsharded: then covered is the
-// whole count, and status.shards goes.
-func pauseStatus(p *v1alpha1.StagePause, shard string, covered int32) *v1alpha1.StagePauseStatus {
+// pauseStatus is the status p should have when this operator, whose key
+// in status.shards is key, counts covered Stages under it.
+func pauseStatus(p *v1alpha1.StagePause, key string, covered int32) *v1alpha1.StagePauseStatus {
 	want := p.Status.DeepCopy()
-	want.Stages = covered
-	if shard == "" {
-		// An unsharded operator serves every Stage: counts that shards
-		// left behind (an installation that stopped sharding) are stale.
-		want.Shards = nil
-	} else {
-		if covered > 0 {
-			if want.Shards == nil {
-				want.Shards = map[string]int32{}
-			}
-			want.Shards[shard] = covered
-		} else {
-			delete(want.Shards, shard)
-		}
-		if len(want.Shards) == 0 {
-			want.Shards = nil
-		}
-		want.Stages = 0
-		for _, n := range want.Shards {
-			want.Stages += n
-		}
+	shards := maps.Clone(want.Shards)
+	if shards == nil {
+		shards = map[string]int32{}
 	}
+	if covered > 0 {
+		shards[key] = covered
+	} else {
+		delete(shards, key)
+	}
+	if gone := supersededKey(key); gone != "" {
+		delete(shards, gone)
+	}
+	want.Shards = nil
+	if len(shards) > 0 {
+		want.Shards = shards
+	}
+	want.Stages = stagesOf(want.Shards)
 	if want.Since == nil {
 		since := p.CreationTimestamp
 		want.Since = &since
@@ -111,8 +107,8 @@ func pauseStatus(p *v1alpha1.StagePause, shard string, covered int32) *v1alpha1.
 	cond := metav1.Condition{Type: v1alpha1.ConditionActive, Status: metav1.ConditionTrue, Reason: "Covering",
 		Message: fmt.Sprintf("pauses %d Stage(s)", want.Stages), ObservedGeneration: p.Generation}
 	if want.Stages == 0 {
-		// No shard has such a Stage: one that lacks it while another has
-		// it says nothing.
+		// No operator has such a Stage: one that lacks it while another
+		// has it says nothing.
 		cond.Status, cond.Reason = metav1.ConditionFalse, "StageNotFound"
 		cond.Message = fmt.Sprintf("no Stage %q in namespace %s yet; the pause applies as soon as one appears", p.Spec.Stage, p.Namespace)
 	}
@@ -120,29 +116,47 @@ func pauseStatus(p *v1alpha1.StagePause, shard string, covered int32) *v1alpha1.
 	return want
 }
 
-// statusPatch is the merge patch that takes p's status to want. A sharded
-// operator's patch names only its own key of status.shards (null removes
-// it, or the whole map when it was the last) and is conditional on p's
-// resourceVersion, from which the sum was computed.
-func statusPatch(p *v1alpha1.StagePause, shard string, want *v1alpha1.StagePauseStatus) map[string]any {
+// stagesOf is status.stages for the counts of status.shards: the unsharded
+// operator's count when it is the larger, else the sum of the shards'. An
+// unsharded operator sees every Stage, so its count is never below the sum
+// of the shards that run beside it, and equals it once every shard runs.
+func stagesOf(shards map[string]int32) int32 {
+	var sum int32
+	for key, n := range shards {
+		if key != unshardedKey {
+			sum += n
+		}
+	}
+	return max(sum, shards[unshardedKey])
+}
+
+// statusPatch is the merge patch that takes p's status to want: it names
+// only the keys of status.shards that this operator (key) owns (null
+// removes one, or the whole map when none is left), and is conditional on
+// p's resourceVersion, from which want was computed.
+func statusPatch(p *v1alpha1.StagePause, key string, want *v1alpha1.StagePauseStatus) map[string]any {
 	status := map[string]any{"since": want.Since, "stages": want.Stages, "conditions": want.Conditions}
-	patch := map[string]any{"status": status}
-	if shard == "" {
+	patch := map[string]any{"status": status, "metadata": map[string]any{"resourceVersion": p.ResourceVersion}}
+	if len(want.Shards) == 0 {
 		if len(p.Status.Shards) > 0 {
 			status["shards"] = nil
 		}
 		return patch
 	}
-	patch["metadata"] = map[string]any{"resourceVersion": p.ResourceVersion}
-	if own, had := want.Shards[shard], p.Status.Shards[shard]; own != had {
+	changed := map[string]any{}
+	for _, k := range []string{key, supersededKey(key)} {
+		n, wanted := want.Shards[k]
+		had, present := p.Status.Shards[k]
 		switch {
-		case len(want.Shards) == 0:
-			status["shards"] = nil
-		case own == 0:
-			status["shards"] = map[string]any{shard: nil}
+		case k == "" || (wanted == present && n == had):
+		case wanted:
+			changed[k] = n
 		default:
-			status["shards"] = map[string]any{shard: own}
+			changed[k] = nil
 		}
+	}
+	if len(changed) > 0 {
+		status["shards"] = changed
 	}
 	return patch
 }

@@ -1,8 +1,10 @@
 // Command prometheusrule generates, from the plain rules file
 // manifests/prometheus/rules.yaml, the PrometheusRule of
-// manifests/components/monitoring and the Helm chart's copy of the rules
-// (its PrometheusRule template reads them), so that the forms cannot drift.
-// Run it with `make generate`; a test fails when the output is stale.
+// manifests/components/monitoring, the Helm chart's copy of the rules
+// (its PrometheusRule template reads them), and the rules of the shards
+// example, with one KargoLatchDown per operator (see down.go), so that the
+// forms cannot drift. Run it with `make generate`; a test fails when the
+// output is stale.
 package main
 
 import (
@@ -21,8 +23,10 @@ const (
 
 // generators make each generated file, by path, from the rules file.
 var generators = map[string]func([]byte) ([]byte, error){
-	target:      render,
-	chartTarget: renderChartRules,
+	target:       render,
+	chartTarget:  renderChartRules,
+	exampleRules: renderExampleRules,
+	examplePatch: renderExamplePatch,
 }
 
 func main() {

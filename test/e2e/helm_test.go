@@ -51,7 +51,8 @@ var componentToggles = map[string][]string{
 // exampleValues are the chart values that render each kustomize example of
 // manifests/examples, a whole install. Each example must have them.
 var exampleValues = map[string][]string{
-	"shards": {"controller.shards={eu}"},
+	"shards":            {"controller.shards={eu}"},
+	"shards-monitoring": {"controller.shards={eu}", "controller.metrics.serviceMonitor.enabled=true", "prometheusRule.enabled=true"},
 }
 
 // TestChartRendersTheKustomizeInstall: `helm template` with the default
