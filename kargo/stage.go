@@ -49,6 +49,10 @@ type StageStatus struct {
 	// appsFromOutput): only the four strings the latch reads, the repeated
 	// ones shared; nil when there is no per-App data.
 	Apps []latch.App
+	// Holds are Kargo's own auto-promotion holds in force
+	// (status.effectiveAutoPromotionHolds, Kargo v1.11.1+), sorted by
+	// origin; nil when there are none (see holds.go).
+	Holds []AutoPromotionHold
 }
 
 // PromotionReference is status.lastPromotion.
@@ -85,6 +89,7 @@ func (s *Stage) DeepCopy() *Stage {
 			st.LastPromotion = &lp
 		}
 		st.Apps = slices.Clone(s.Status.Apps)
+		st.Holds = slices.Clone(s.Status.Holds)
 		if s.Status.Verification != nil {
 			v := *s.Status.Verification
 			st.Verification = &v
@@ -161,6 +166,7 @@ func statusFromMap(status map[string]any, withApps bool) *StageStatus {
 			st.Verification = newestVerification(newest)
 		}
 	}
+	st.Holds = holdsFromMap(status[HoldsField])
 	return st
 }
 
