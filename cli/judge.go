@@ -35,6 +35,9 @@ const (
 	waiting outcome = iota
 	reached
 	failed
+	// held: resumed, but Kargo's own auto-promotion hold still stops
+	// auto-promotion (ExitHeld).
+	held
 )
 
 // verdict is one judgement: the outcome, and for people what was reached,
@@ -81,8 +84,9 @@ type sighting struct {
 	// not seen (not yet, gone, or not allowed to be read).
 	promotion *promotion
 	// verifiedIn reports whether a Freight's status.verifiedIn has the
-	// Stage; nil when Freight are not read.
-	verifiedIn func(freight string) bool
+	// Stage, and its verifiedAt (nil when absent); nil when Freight are not
+	// read.
+	verifiedIn func(freight string) (verifiedAt *time.Time, ok bool)
 }
 
 // judge decides where a wait for cond stands. target is the promotion whose
@@ -199,10 +203,14 @@ func terminal(phase string) bool {
 }
 
 // judgeVerified reports whether the cycle's Freight is verified in the
-// Stage: marked by kargo-latch (the record), or verified by Kargo (each
-// Freight's status.verifiedIn). Only the cycle's own Freight counts: right
-// after a promotion, freightHistory[0] may still be the previous one's.
-func judgeVerified(rec latch.Record, st *kargo.StageStatus, verifiedIn func(string) bool) (string, bool) {
+// Stage in this cycle: marked by kargo-latch (the record; it marks only a
+// latched cycle), or verified by Kargo (each Freight's status.verifiedIn)
+// once the cycle has latched, or at or after its promotion. Only the
+// cycle's own Freight counts: right after a promotion, freightHistory[0]
+// may still be the previous one's. And a verifiedIn entry stays for good:
+// Freight rolled back to keeps the mark of the cycle that verified it
+// long ago, whatever its health now.
+func judgeVerified(rec latch.Record, st *kargo.StageStatus, verifiedIn func(string) (*time.Time, bool)) (string, bool) {
 	if st.FreightID == "" || st.FreightID != rec.FreightID || len(st.FreightNames) == 0 {
 		return "", false
 	}
@@ -214,17 +222,18 @@ func judgeVerified(rec latch.Record, st *kargo.StageStatus, verifiedIn func(stri
 		return "", false
 	}
 	for _, f := range st.FreightNames {
-		if !verifiedIn(f) {
+		at, ok := verifiedIn(f)
+		if !ok || rec.LatchedAt == nil && !notBefore(at, rec.PromotedAt) {
 			return "", false
 		}
 	}
 	return fmt.Sprintf("Freight %s is verified in the Stage", freight), true
 }
 
-// freightVerifiedIn reports whether a Freight's status.verifiedIn has stage.
-func freightVerifiedIn(u *unstructured.Unstructured, stage string) bool {
-	_, found, _ := unstructured.NestedMap(u.Object, "status", "verifiedIn", stage)
-	return found
+// notBefore reports whether Kargo's verifiedAt is not older than the
+// cycle's promotion, to the second Kargo writes.
+func notBefore(verifiedAt, promotedAt *time.Time) bool {
+	return verifiedAt != nil && promotedAt != nil && !verifiedAt.Before(promotedAt.Truncate(time.Second))
 }
 
 func judgePause(cond condition, s sighting) verdict {
@@ -233,7 +242,10 @@ func judgePause(cond condition, s sighting) verdict {
 	for _, p := range pauses {
 		names = append(names, p.Name)
 	}
+	holds := kargoHoldsOf(s.stage)
 	switch {
+	case len(pauses) == 0 && cond == forResumed && len(holds) > 0:
+		return verdict{held, "the Stage is not paused, but " + holdsSentence(s.stage, holds)}
 	case len(pauses) == 0 && cond == forResumed:
 		return verdict{reached, "the Stage is not paused"}
 	case len(pauses) == 0:
@@ -243,7 +255,29 @@ func judgePause(cond condition, s sighting) verdict {
 	if cond == forPaused {
 		return verdict{reached, paused}
 	}
+	if len(holds) > 0 {
+		paused += "; " + holdsSentence(s.stage, holds)
+	}
 	return verdict{waiting, paused}
+}
+
+// kargoHoldsOf are Kargo's own auto-promotion holds on the Stage.
+func kargoHoldsOf(u *unstructured.Unstructured) []kargo.AutoPromotionHold {
+	if st := kargo.StatusFromUnstructured(u); st != nil {
+		return st.Holds
+	}
+	return nil
+}
+
+// holdsSentence says, for people, that Kargo holds auto-promotion of the
+// Stage and how to release it, as the StageResumed Event does.
+func holdsSentence(u *unstructured.Unstructured, holds []kargo.AutoPromotionHold) string {
+	held := make([]string, len(holds))
+	for i, h := range holds {
+		held[i] = h.Describe()
+	}
+	return fmt.Sprintf("Kargo itself still holds auto-promotion from %s: to release it, %s",
+		strings.Join(held, "; "), kargo.HoldRelease(u.GetNamespace(), u.GetName()))
 }
 
 func cycleName(target string, rec latch.Record) string {
