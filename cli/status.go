@@ -27,17 +27,17 @@ import (
 
 // StageStatus is one row of `status`, and its JSON/YAML form.
 type StageStatus struct {
-	Project   string     `json:"project"`
-	Stage     string     `json:"stage"`
-	Phase     string     `json:"phase"`
-	Paused    bool       `json:"paused"`
-	Reason    string     `json:"reason,omitempty"`
-	Pauses    []string   `json:"pauses,omitempty"`
+	Project string   `json:"project"`
+	Stage   string   `json:"stage"`
+	Phase   string   `json:"phase"`
+	Paused  bool     `json:"paused"`
+	Reason  string   `json:"reason,omitempty"`
+	Pauses  []string `json:"pauses,omitempty"`
 	// KargoHolds are Kargo's own auto-promotion holds on the Stage (Kargo
 	// v1.11+): a StagePause's resume does not end them.
 	KargoHolds []KargoHold `json:"kargoHolds,omitempty"`
 	Since      *time.Time  `json:"since,omitempty"`
-	LatchedAt *time.Time `json:"latchedAt,omitempty"`
+	LatchedAt  *time.Time  `json:"latchedAt,omitempty"`
 	// Apps are the Argo CD Applications of the Stage's health output, each
 	// with when it was first seen Healthy in this cycle; absent when the
 	// Stage has no per-Application data. The list stops after one more
