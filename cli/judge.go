@@ -119,8 +119,11 @@ func judge(cond condition, target string, s sighting) verdict {
 		return verdict{waiting, "the Stage has no promotion yet"}
 	}
 	if cond == forVerified {
-		if v, ok := judgeVerified(rec, st, s.verifiedIn); ok {
+		switch v, state := judgeVerified(rec, st, s.verifiedIn); state {
+		case verifiedNow:
 			return verdict{reached, v}
+		case verifiedBefore:
+			return verdict{waiting, fmt.Sprintf("%s is %s; %s", name, progress(rec, st), v)}
 		}
 	} else if rec.Phase == latch.PhaseLatched {
 		return verdict{reached, fmt.Sprintf("%s latched %s", name, when(rec.LatchedAt))}
@@ -210,25 +213,43 @@ func terminal(phase string) bool {
 // may still be the previous one's. And a verifiedIn entry stays for good:
 // Freight rolled back to keeps the mark of the cycle that verified it
 // long ago, whatever its health now.
-func judgeVerified(rec latch.Record, st *kargo.StageStatus, verifiedIn func(string) (*time.Time, bool)) (string, bool) {
+func judgeVerified(rec latch.Record, st *kargo.StageStatus, verifiedIn func(string) (*time.Time, bool)) (string, verifiedState) {
 	if st.FreightID == "" || st.FreightID != rec.FreightID || len(st.FreightNames) == 0 {
-		return "", false
+		return "", notVerified
 	}
 	freight := strings.Join(st.FreightNames, ", ")
 	if markedVerified(st.FreightNames, &rec) {
-		return fmt.Sprintf("Freight %s is verified in the Stage (marked by kargo-latch when the cycle latched)", freight), true
+		return fmt.Sprintf("Freight %s is verified in the Stage (marked by kargo-latch when the cycle latched)", freight), verifiedNow
 	}
 	if verifiedIn == nil {
-		return "", false
+		return "", notVerified
 	}
+	state := verifiedNow
 	for _, f := range st.FreightNames {
 		at, ok := verifiedIn(f)
-		if !ok || rec.LatchedAt == nil && !notBefore(at, rec.PromotedAt) {
-			return "", false
+		switch {
+		case !ok:
+			return "", notVerified
+		case rec.LatchedAt == nil && !notBefore(at, rec.PromotedAt):
+			state = verifiedBefore
 		}
 	}
-	return fmt.Sprintf("Freight %s is verified in the Stage", freight), true
+	if state == verifiedBefore {
+		return fmt.Sprintf("Freight %s was verified in the Stage before this cycle's promotion, which counts once the cycle latches", freight), state
+	}
+	return fmt.Sprintf("Freight %s is verified in the Stage", freight), state
 }
+
+// verifiedState is where the cycle's Freight stands for a wait for verified.
+type verifiedState int
+
+const (
+	notVerified verifiedState = iota
+	// verifiedBefore: verified in the Stage, but before this cycle's
+	// promotion, and the cycle has not latched.
+	verifiedBefore
+	verifiedNow
+)
 
 // notBefore reports whether Kargo's verifiedAt is not older than the
 // cycle's promotion, to the second Kargo writes.

@@ -222,7 +222,8 @@ func TestJudgeVerified(t *testing.T) {
 		// stays, whatever the Stage's health now.
 		"rolled back to Freight verified in an earlier cycle, not latched": {
 			view: current, rec: cycleOf(promo2, latch.PhasePromoted, nil), verifiedIn: verifiedByKargo(ago(time.Hour)),
-			want: waiting, message: "the cycle of promotion " + promo2 + " is Promoted, waiting for the latch",
+			want: waiting, message: "the cycle of promotion " + promo2 + " is Promoted, waiting for the latch; " +
+				"Freight f2 was verified in the Stage before this cycle's promotion, which counts once the cycle latches",
 		},
 		"rolled back to Freight verified in an earlier cycle, latched": {
 			view: current, rec: cycleOf(promo2, latch.PhaseLatched, nil), verifiedIn: verifiedByKargo(ago(time.Hour)),

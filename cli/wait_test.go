@@ -262,9 +262,8 @@ func TestWaitForVerifiedAfterARollback(t *testing.T) {
 	rolledBack := kargoView{last: promo2, lastPhase: promotionSucceeded, freightID: "fc-" + promo2, freight: []string{"f1"}}
 	client := fakeClient(prodStage(rolledBack, cycleOf(promo2, latch.PhasePromoted, nil)), freight)
 	w := startWait(t.Context(), client, waitOptions{condition: "verified"})
-	w.progressed(t, "the cycle of promotion "+promo2+" is Promoted, waiting for the latch")
-	// The wait has read the Freight (it watches it once the cycle shows it).
-	waitFreightWatched(t, client, "f1")
+	// The wait has read the Freight, and judged its old mark.
+	w.progressed(t, "the cycle of promotion "+promo2+" is Promoted, waiting for the latch; Freight f1 was verified in the Stage before this cycle's promotion")
 	select {
 	case err := <-w.done:
 		t.Fatalf("the wait ended (%v) before the cycle latched; stdout %q", err, w.stdout.String())
