@@ -152,7 +152,7 @@ func checkHoldsWrittenByKargoOnly(t *testing.T, s *driver.Stage) {
 		if m.FieldsV1 == nil {
 			continue
 		}
-		fields := string(m.FieldsV1.Raw)
+		fields := m.FieldsV1.GetRawString()
 		if !strings.Contains(fields, `"f:autoPromotionHolds"`) && !strings.Contains(fields, `"f:`+kargo.HoldsField+`"`) {
 			continue
 		}
