@@ -47,11 +47,11 @@ const holdsHeading = "Kargo's own auto-promotion holds (to release one, promote 
 // rows' Stages, when there are any. No blank line comes before it: status
 // -w off a terminal separates its successive tables with one.
 func printHolds(out io.Writer, rows []StageStatus, withProject bool, now time.Time) error {
-	held := false
+	anyHeld := false
 	for _, r := range rows {
-		held = held || len(r.KargoHolds) > 0
+		anyHeld = anyHeld || len(r.KargoHolds) > 0
 	}
-	if !held {
+	if !anyHeld {
 		return nil
 	}
 	fmt.Fprintln(out, holdsHeading)

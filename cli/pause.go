@@ -210,6 +210,8 @@ func resume(ctx context.Context, kube *kubeFlags, all bool, pos []string, out, e
 		if err := stageExists(ctx, client, ns, target); err != nil {
 			return err
 		}
+		// Not paused, yet maybe held: say why nothing flows.
+		sayHolds(ctx, client, ns, target, out, errOut)
 		return fmt.Errorf("stage %s in project %s is not paused", target, ns)
 	}
 	for _, name := range mine {

@@ -172,7 +172,6 @@ func (o *waitOptions) wait(ctx context.Context, client dynamic.Interface, ns, st
 	if err := w.start(ctx); err != nil {
 		return o.ended(ctx, w, last, err)
 	}
-	defer w.stopFreight()
 	for {
 		w.followFreight(ctx)
 		v := judge(w.cond, w.target, w.sight())
