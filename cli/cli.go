@@ -27,6 +27,11 @@ const (
 	// ExitTimeout: wait's --timeout passed before the condition was reached
 	// or failed.
 	ExitTimeout = 3
+	// ExitHeld: wait --for=resumed found no StagePause covering the Stage,
+	// but Kargo's own auto-promotion hold (Kargo v1.11+) still stops
+	// auto-promotion from at least one origin. Only a person releases such
+	// a hold, so the wait ends at once rather than hang the pipeline.
+	ExitHeld = 4
 	// ExitInterrupted: wait was interrupted (SIGINT, SIGTERM) first, as a
 	// shell reports a process ended by SIGINT.
 	ExitInterrupted = 130

@@ -29,6 +29,7 @@ func TestUsageErrorsExit2(t *testing.T) {
 		{[]string{"wait", "prod", "--for=healthy"}, `unknown --for "healthy"`},
 		{[]string{"wait", "prod", "--for=latched", "--timeout", "soon"}, `invalid argument "soon"`},
 		{[]string{"wait", "prod", "--for=latched", "--timeout", "-1s"}, "--timeout must not be negative"},
+		{[]string{"wait", "prod", "--for=latched", "--unreachable-timeout", "0"}, "--unreachable-timeout must be positive"},
 		{[]string{"wait", "prod", "--for=paused", "--promotion", promo1}, "--promotion goes with --for=latched or --for=verified"},
 		{[]string{"version", "extra"}, "takes no arguments"},
 	} {
@@ -52,7 +53,8 @@ func TestWaitHelp(t *testing.T) {
 	var out bytes.Buffer
 	Run(t.Context(), []string{"wait", "--help"}, &out, &out)
 	for _, want := range []string{"latched", "verified", "paused", "resumed", "--promotion", "kargo promote",
-		"0    reached", "1    failed", "2    usage error", "3    timed out", "130  interrupted"} {
+		"0    reached", "1    failed", "2    usage error", "3    timed out", "4    --for=resumed", "130  interrupted",
+		"--unreachable-timeout", "could not be reached for --unreachable-timeout", "Kargo itself still holds"} {
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("wait --help does not say %q", want)
 		}
@@ -124,11 +126,11 @@ func TestRedrawer(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	want := `STAGE   PHASE     APPS   PAUSED   REASON     PAUSES   SINCE   LATCHED   VERIFIED
-prod    Latched   -      yes      Incident   inc-1    -       -         -
+	want := `STAGE   PHASE     APPS   PAUSED   REASON     PAUSES   HELD   SINCE   LATCHED   VERIFIED
+prod    Latched   -      yes      Incident   inc-1    -      -       -         -
 
-STAGE   PHASE     APPS   PAUSED   REASON   PAUSES   SINCE   LATCHED   VERIFIED
-prod    Latched   -      no       -        -        -       -         -
+STAGE   PHASE     APPS   PAUSED   REASON   PAUSES   HELD   SINCE   LATCHED   VERIFIED
+prod    Latched   -      no       -        -        -      -       -         -
 `
 	if diff := cmp.Diff(want, trimLines(out.String())); diff != "" {
 		t.Errorf("appended tables (-want +got):\n%s", diff)

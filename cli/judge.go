@@ -35,6 +35,9 @@ const (
 	waiting outcome = iota
 	reached
 	failed
+	// held: resumed, but Kargo's own auto-promotion hold still stops
+	// auto-promotion (ExitHeld).
+	held
 )
 
 // verdict is one judgement: the outcome, and for people what was reached,
@@ -81,8 +84,9 @@ type sighting struct {
 	// not seen (not yet, gone, or not allowed to be read).
 	promotion *promotion
 	// verifiedIn reports whether a Freight's status.verifiedIn has the
-	// Stage; nil when Freight are not read.
-	verifiedIn func(freight string) bool
+	// Stage, and its verifiedAt (nil when absent); nil when Freight are not
+	// read.
+	verifiedIn func(freight string) (verifiedAt *time.Time, ok bool)
 }
 
 // judge decides where a wait for cond stands. target is the promotion whose
@@ -115,8 +119,11 @@ func judge(cond condition, target string, s sighting) verdict {
 		return verdict{waiting, "the Stage has no promotion yet"}
 	}
 	if cond == forVerified {
-		if v, ok := judgeVerified(rec, st, s.verifiedIn); ok {
+		switch v, state := judgeVerified(rec, st, s.verifiedIn); state {
+		case verifiedNow:
 			return verdict{reached, v}
+		case verifiedBefore:
+			return verdict{waiting, fmt.Sprintf("%s is %s; %s", name, progress(rec, st), v)}
 		}
 	} else if rec.Phase == latch.PhaseLatched {
 		return verdict{reached, fmt.Sprintf("%s latched %s", name, when(rec.LatchedAt))}
@@ -199,32 +206,55 @@ func terminal(phase string) bool {
 }
 
 // judgeVerified reports whether the cycle's Freight is verified in the
-// Stage: marked by kargo-latch (the record), or verified by Kargo (each
-// Freight's status.verifiedIn). Only the cycle's own Freight counts: right
-// after a promotion, freightHistory[0] may still be the previous one's.
-func judgeVerified(rec latch.Record, st *kargo.StageStatus, verifiedIn func(string) bool) (string, bool) {
+// Stage in this cycle: marked by kargo-latch (the record; it marks only a
+// latched cycle), or verified by Kargo (each Freight's status.verifiedIn)
+// once the cycle has latched, or at or after its promotion. Only the
+// cycle's own Freight counts: right after a promotion, freightHistory[0]
+// may still be the previous one's. And a verifiedIn entry stays for good:
+// Freight rolled back to keeps the mark of the cycle that verified it
+// long ago, whatever its health now.
+func judgeVerified(rec latch.Record, st *kargo.StageStatus, verifiedIn func(string) (*time.Time, bool)) (string, verifiedState) {
 	if st.FreightID == "" || st.FreightID != rec.FreightID || len(st.FreightNames) == 0 {
-		return "", false
+		return "", notVerified
 	}
 	freight := strings.Join(st.FreightNames, ", ")
 	if markedVerified(st.FreightNames, &rec) {
-		return fmt.Sprintf("Freight %s is verified in the Stage (marked by kargo-latch when the cycle latched)", freight), true
+		return fmt.Sprintf("Freight %s is verified in the Stage (marked by kargo-latch when the cycle latched)", freight), verifiedNow
 	}
 	if verifiedIn == nil {
-		return "", false
+		return "", notVerified
 	}
+	state := verifiedNow
 	for _, f := range st.FreightNames {
-		if !verifiedIn(f) {
-			return "", false
+		at, ok := verifiedIn(f)
+		switch {
+		case !ok:
+			return "", notVerified
+		case rec.LatchedAt == nil && !notBefore(at, rec.PromotedAt):
+			state = verifiedBefore
 		}
 	}
-	return fmt.Sprintf("Freight %s is verified in the Stage", freight), true
+	if state == verifiedBefore {
+		return fmt.Sprintf("Freight %s was verified in the Stage before this cycle's promotion, which counts once the cycle latches", freight), state
+	}
+	return fmt.Sprintf("Freight %s is verified in the Stage", freight), state
 }
 
-// freightVerifiedIn reports whether a Freight's status.verifiedIn has stage.
-func freightVerifiedIn(u *unstructured.Unstructured, stage string) bool {
-	_, found, _ := unstructured.NestedMap(u.Object, "status", "verifiedIn", stage)
-	return found
+// verifiedState is where the cycle's Freight stands for a wait for verified.
+type verifiedState int
+
+const (
+	notVerified verifiedState = iota
+	// verifiedBefore: verified in the Stage, but before this cycle's
+	// promotion, and the cycle has not latched.
+	verifiedBefore
+	verifiedNow
+)
+
+// notBefore reports whether Kargo's verifiedAt is not older than the
+// cycle's promotion, to the second Kargo writes.
+func notBefore(verifiedAt, promotedAt *time.Time) bool {
+	return verifiedAt != nil && promotedAt != nil && !verifiedAt.Before(promotedAt.Truncate(time.Second))
 }
 
 func judgePause(cond condition, s sighting) verdict {
@@ -233,7 +263,10 @@ func judgePause(cond condition, s sighting) verdict {
 	for _, p := range pauses {
 		names = append(names, p.Name)
 	}
+	holds := kargoHoldsOf(s.stage)
 	switch {
+	case len(pauses) == 0 && cond == forResumed && len(holds) > 0:
+		return verdict{held, "the Stage is not paused, but " + holdsSentence(s.stage, holds)}
 	case len(pauses) == 0 && cond == forResumed:
 		return verdict{reached, "the Stage is not paused"}
 	case len(pauses) == 0:
@@ -243,7 +276,29 @@ func judgePause(cond condition, s sighting) verdict {
 	if cond == forPaused {
 		return verdict{reached, paused}
 	}
+	if len(holds) > 0 {
+		paused += "; " + holdsSentence(s.stage, holds)
+	}
 	return verdict{waiting, paused}
+}
+
+// kargoHoldsOf are Kargo's own auto-promotion holds on the Stage.
+func kargoHoldsOf(u *unstructured.Unstructured) []kargo.AutoPromotionHold {
+	if st := kargo.StatusFromUnstructured(u); st != nil {
+		return st.Holds
+	}
+	return nil
+}
+
+// holdsSentence says, for people, that Kargo holds auto-promotion of the
+// Stage and how to release it, as the StageResumed Event does.
+func holdsSentence(u *unstructured.Unstructured, holds []kargo.AutoPromotionHold) string {
+	held := make([]string, len(holds))
+	for i, h := range holds {
+		held[i] = h.Describe()
+	}
+	return fmt.Sprintf("Kargo itself still holds auto-promotion from %s: to release it, %s",
+		strings.Join(held, "; "), kargo.HoldRelease(u.GetNamespace(), u.GetName()))
 }
 
 func cycleName(target string, rec latch.Record) string {

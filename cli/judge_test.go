@@ -31,6 +31,7 @@ type kargoView struct {
 	freightID string // freightHistory[0].id
 	freight []string // freightHistory[0]'s Freight
 	apps    map[string]any
+	holds   map[string]any // status.effectiveAutoPromotionHolds
 }
 
 // prodStage is the Stage project/prod as the API server returns it.
@@ -52,6 +53,9 @@ func prodStage(view kargoView, rec latch.Record) *unstructured.Unstructured {
 	}
 	if view.apps != nil {
 		status["health"] = view.apps
+	}
+	if view.holds != nil {
+		status["effectiveAutoPromotionHolds"] = view.holds
 	}
 	u := &unstructured.Unstructured{Object: map[string]any{
 		"apiVersion": kargo.GroupVersion.String(), "kind": "Stage",
@@ -179,11 +183,15 @@ func TestJudgeLatched(t *testing.T) {
 
 func TestJudgeVerified(t *testing.T) {
 	current := kargoView{last: promo2, lastPhase: promotionSucceeded, freightID: "fc-" + promo2, freight: []string{"f2"}}
-	verifiedByKargo := func(f string) bool { return f == "f2" }
+	// cycleOf's cycles were promoted 10 minutes ago.
+	verifiedByKargo := func(at *time.Time) func(string) (*time.Time, bool) {
+		return func(f string) (*time.Time, bool) { return at, f == "f2" }
+	}
+	notVerified := func(string) (*time.Time, bool) { return nil, false }
 	for name, c := range map[string]struct {
 		view       kargoView
 		rec        latch.Record
-		verifiedIn func(string) bool
+		verifiedIn func(string) (*time.Time, bool)
 		want       outcome
 		message    string
 	}{
@@ -192,11 +200,11 @@ func TestJudgeVerified(t *testing.T) {
 			want: reached, message: "Freight f2 is verified in the Stage (marked by kargo-latch",
 		},
 		"verified by Kargo": {
-			view: current, rec: cycleOf(promo2, latch.PhaseLatched, nil), verifiedIn: verifiedByKargo,
+			view: current, rec: cycleOf(promo2, latch.PhaseLatched, nil), verifiedIn: verifiedByKargo(ago(4 * time.Minute)),
 			want: reached, message: "Freight f2 is verified in the Stage",
 		},
 		"latched, not verified": {
-			view: current, rec: cycleOf(promo2, latch.PhaseLatched, nil), verifiedIn: func(string) bool { return false },
+			view: current, rec: cycleOf(promo2, latch.PhaseLatched, nil), verifiedIn: notVerified,
 			want: waiting, message: "its Freight is not verified in the Stage yet",
 		},
 		"latched, Freight not readable": {
@@ -207,11 +215,38 @@ func TestJudgeVerified(t *testing.T) {
 		// previous Freight, verified long ago.
 		"Kargo still shows the previous Freight": {
 			view: kargoView{last: promo2, lastPhase: promotionSucceeded, freightID: "fc-" + promo1, freight: []string{"f1"}},
-			rec:  cycleOf(promo2, latch.PhasePromoted, nil), verifiedIn: func(string) bool { return true },
+			rec:  cycleOf(promo2, latch.PhasePromoted, nil), verifiedIn: verifiedByKargo(ago(time.Minute)),
+			want: waiting, message: "Promoted, waiting for the latch",
+		},
+		// A rollback to Freight that an earlier cycle verified: its mark
+		// stays, whatever the Stage's health now.
+		"rolled back to Freight verified in an earlier cycle, not latched": {
+			view: current, rec: cycleOf(promo2, latch.PhasePromoted, nil), verifiedIn: verifiedByKargo(ago(time.Hour)),
+			want: waiting, message: "the cycle of promotion " + promo2 + " is Promoted, waiting for the latch; " +
+				"Freight f2 was verified in the Stage before this cycle's promotion, which counts once the cycle latches",
+		},
+		"rolled back to Freight verified in an earlier cycle, latched": {
+			view: current, rec: cycleOf(promo2, latch.PhaseLatched, nil), verifiedIn: verifiedByKargo(ago(time.Hour)),
+			want: reached, message: "Freight f2 is verified in the Stage",
+		},
+		"rolled back, latched, then Degraded": {
+			view: current, rec: cycleOf(promo2, latch.PhaseDegraded, nil), verifiedIn: verifiedByKargo(ago(time.Hour)),
+			want: reached, message: "Freight f2 is verified in the Stage",
+		},
+		"verified by Kargo after this cycle's promotion, before the latch": {
+			view: current, rec: cycleOf(promo2, latch.PhasePromoted, nil), verifiedIn: verifiedByKargo(ago(9 * time.Minute)),
+			want: reached, message: "Freight f2 is verified in the Stage",
+		},
+		"verified in the second of the promotion": {
+			view: current, rec: cycleOf(promo2, latch.PhasePromoted, func(r *latch.Record) { r.PromotedAt = ptr(now.Add(300 * time.Millisecond)) }),
+			verifiedIn: verifiedByKargo(&now), want: reached, message: "Freight f2 is verified in the Stage",
+		},
+		"verified without a time, not latched": {
+			view: current, rec: cycleOf(promo2, latch.PhasePromoted, nil), verifiedIn: verifiedByKargo(nil),
 			want: waiting, message: "Promoted, waiting for the latch",
 		},
 		"the cycle failed": {
-			view: current, rec: cycleOf(promo2, latch.PhaseFailed, nil), verifiedIn: verifiedByKargo,
+			view: current, rec: cycleOf(promo2, latch.PhaseFailed, nil), verifiedIn: verifiedByKargo(ago(time.Minute)),
 			want: failed, message: "failed: LatchDeadlineExceeded",
 		},
 	} {
@@ -223,6 +258,8 @@ func TestJudgeVerified(t *testing.T) {
 		})
 	}
 }
+
+func ptr[T any](v T) *T { return &v }
 
 func stagePause(name, stage string, deleting bool) v1alpha1.StagePause {
 	p := v1alpha1.StagePause{
@@ -255,6 +292,45 @@ func TestJudgePaused(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// rollbackHold is the hold Kargo makes when admin rolls Warehouse/images
+// back to Freight f1.
+var rollbackHold = map[string]any{"Warehouse/images": map[string]any{
+	"freightName": "f1", "origin": map[string]any{"kind": "Warehouse", "name": "images"},
+	"promotionName": promo1, "actor": "admin", "createdAt": "2026-11-30T07:50:00Z",
+}}
+
+// A person rolled back during the pause, so Kargo holds auto-promotion
+// itself: once no StagePause covers the Stage, a wait for resumed ends at
+// once (exit 4) naming the hold and how to release it; while paused, it
+// waits and mentions the hold; a wait for paused does not care.
+func TestJudgeResumedWhileKargoHolds(t *testing.T) {
+	const hold = "Kargo itself still holds auto-promotion from Warehouse/images at Freight f1 (by admin, promotion " + promo1 +
+		", since 2026-11-30T07:50:00Z): to release it, promote the held Warehouse's current candidate Freight to the Stage " +
+		"(kargo promote --project project --stage prod --freight NAME), or resume auto-promotion in Kargo's UI"
+	heldStage := prodStage(kargoView{holds: rollbackHold}, latch.Record{})
+	pauses := []v1alpha1.StagePause{stagePause("inc-1", "prod", false)}
+	for name, c := range map[string]struct {
+		cond    condition
+		pauses  []v1alpha1.StagePause
+		want    outcome
+		message string
+	}{
+		"resumed, held":      {cond: forResumed, want: held, message: "the Stage is not paused, but " + hold},
+		"still paused, held": {cond: forResumed, pauses: pauses, want: waiting, message: "the Stage is paused by StagePause inc-1 (reason Incident); " + hold},
+		"paused, held":       {cond: forPaused, pauses: pauses, want: reached, message: "the Stage is paused by StagePause inc-1 (reason Incident)"},
+	} {
+		t.Run(name, func(t *testing.T) {
+			if v := judge(c.cond, "", sighting{stage: heldStage, pauses: c.pauses}); v.outcome != c.want || v.message != c.message {
+				t.Errorf("judge = %v %q,\nwant %v %q", v.outcome, v.message, c.want, c.message)
+			}
+		})
+	}
+	// An empty map: nothing is held.
+	if v := judge(forResumed, "", sighting{stage: prodStage(kargoView{holds: map[string]any{}}, latch.Record{})}); v.outcome != reached {
+		t.Errorf("no hold: judge = %v %q, want reached", v.outcome, v.message)
 	}
 }
 

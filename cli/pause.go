@@ -158,17 +158,22 @@ func resumeCmd(kube *kubeFlags) *cobra.Command {
 		Short: "Resume a Stage, or the project: delete its StagePauses",
 		Long: `Deletes the Stage's own StagePauses (or, with --all, the project-wide one);
 kargo-latch then asks Kargo to re-attempt auto-promotion at once. This needs
-"delete" on stagepauses (ClusterRole kargo-latch-resumer).`,
+"delete" on stagepauses (ClusterRole kargo-latch-resumer).
+
+Kargo itself (v1.11+) holds auto-promotion from an origin after a person
+promoted other Freight than its candidate, e.g. a rollback during the pause;
+such a hold outlives the StagePause. resume then says so, names the hold
+and says how to release it (reading the Stage needs "get" on stages).`,
 		ValidArgsFunction: kube.completeStages,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			return resume(cmd.Context(), kube, all, args, cmd.OutOrStdout())
+			return resume(cmd.Context(), kube, all, args, cmd.OutOrStdout(), cmd.ErrOrStderr())
 		},
 	}
 	cmd.Flags().BoolVar(&all, "all", false, "delete the project-wide pause")
 	return cmd
 }
 
-func resume(ctx context.Context, kube *kubeFlags, all bool, pos []string, out io.Writer) error {
+func resume(ctx context.Context, kube *kubeFlags, all bool, pos []string, out, errOut io.Writer) error {
 	if all == (len(pos) == 1) || len(pos) > 1 {
 		return usageErrorf("resume takes one STAGE, or --all")
 	}
@@ -205,6 +210,8 @@ func resume(ctx context.Context, kube *kubeFlags, all bool, pos []string, out io
 		if err := stageExists(ctx, client, ns, target); err != nil {
 			return err
 		}
+		// Not paused, yet maybe held: say why nothing flows.
+		sayHolds(ctx, client, ns, target, out, errOut)
 		return fmt.Errorf("stage %s in project %s is not paused", target, ns)
 	}
 	for _, name := range mine {
@@ -214,16 +221,17 @@ func resume(ctx context.Context, kube *kubeFlags, all bool, pos []string, out io
 		}
 		fmt.Fprintf(out, "stagepause %s/%s deleted\n", ns, name)
 	}
-	if !all && len(projectWide) > 0 {
-		_, err = fmt.Fprintf(out, "Stage %s is still paused by the project-wide StagePause %s\n", target, strings.Join(projectWide, ", "))
-		return err
-	}
-	what := "Stage " + target
+	what, which := "Stage "+target, target
 	if all {
-		what = "project " + ns
+		what, which = "project "+ns, ""
 	}
-	_, err = fmt.Fprintf(out, "%s resumed; kargo-latch asks Kargo to re-attempt auto-promotion now\n", what)
-	return err
+	if !all && len(projectWide) > 0 {
+		fmt.Fprintf(out, "Stage %s is still paused by the project-wide StagePause %s\n", target, strings.Join(projectWide, ", "))
+	} else {
+		fmt.Fprintf(out, "%s resumed; kargo-latch asks Kargo to re-attempt auto-promotion now\n", what)
+	}
+	sayHolds(ctx, client, ns, which, out, errOut)
+	return nil
 }
 
 func stageExists(ctx context.Context, client dynamic.Interface, ns, stage string) error {

@@ -7,37 +7,84 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/dynamic"
-	"k8s.io/client-go/dynamic/dynamicinformer"
 	"k8s.io/client-go/tools/cache"
 )
 
 // source is one watched kind of object: an informer's cache, which the
 // informer keeps up to date by a watch, and relists and rewatches by itself
 // after a broken connection or an expired resourceVersion. Every change
-// signals the channel given to watchSource.
+// signals the channel the source was given.
 type source struct {
 	informer cache.SharedIndexInformer
+	cancel   context.CancelFunc
 }
 
-// watchSource starts watching gvr in ns (all namespaces when empty), with
-// the list options tweak sets (selectors; nil for none), and returns once
-// the cache holds what the API server has. It first lists once, so that a
-// missing right is an error now, not a watch that retries forever.
-func watchSource(ctx context.Context, client dynamic.Interface, gvr schema.GroupVersionResource, ns string, tweak func(*metav1.ListOptions), changed chan<- struct{}) (*source, error) {
-	if tweak == nil {
-		tweak = func(*metav1.ListOptions) {}
-	}
+// sourceSpec says what a source watches.
+type sourceSpec struct {
+	client dynamic.Interface
+	gvr    schema.GroupVersionResource
+	// ns is the namespace; all namespaces when empty.
+	ns string
+	// tweak sets the list options (selectors); nil for none.
+	tweak   func(*metav1.ListOptions)
+	changed chan<- struct{}
+	// heard, when set, hears the outcome of every list and watch request
+	// the informer makes: the informer retries a refused connection for
+	// ever by itself, without a word, so a wait counts how long the API
+	// server has not answered (reachability). The informer then logs no
+	// errors of its own.
+	heard func(error)
+}
+
+// watchSource starts watching as spec says, and returns once the cache
+// holds what the API server has. It first lists once, so that a missing
+// right is an error now, not a watch that retries forever.
+func watchSource(ctx context.Context, spec sourceSpec) (*source, error) {
 	probe := metav1.ListOptions{Limit: 1}
-	tweak(&probe)
-	if _, err := client.Resource(gvr).Namespace(ns).List(ctx, probe); err != nil {
+	spec.tweakOptions(&probe)
+	_, err := spec.client.Resource(spec.gvr).Namespace(spec.ns).List(ctx, probe)
+	spec.hear(err)
+	if err != nil {
 		return nil, err
 	}
-	informer := dynamicinformer.NewFilteredDynamicInformer(client, gvr, ns, 0, cache.Indexers{}, tweak).Informer()
+	s, err := spec.start(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if !cache.WaitForCacheSync(ctx.Done(), s.informer.HasSynced) {
+		s.stop()
+		return nil, fmt.Errorf("watching %s: %w", spec.gvr.Resource, context.Cause(ctx))
+	}
+	return s, nil
+}
+
+// start starts watching as spec says, without waiting: until the cache
+// holds what the API server has, the source shows less.
+func (spec sourceSpec) start(ctx context.Context) (*source, error) {
+	r := spec.client.Resource(spec.gvr).Namespace(spec.ns)
+	lw := &cache.ListWatch{
+		ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
+			spec.tweakOptions(&o)
+			l, err := r.List(ctx, o)
+			spec.hear(err)
+			return l, err
+		},
+		WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
+			spec.tweakOptions(&o)
+			w, err := r.Watch(ctx, o)
+			spec.hear(err)
+			return w, err
+		},
+	}
+	informer := cache.NewSharedIndexInformerWithOptions(cache.ToListWatcherWithWatchListSemantics(lw, spec.client),
+		&unstructured.Unstructured{}, cache.SharedIndexInformerOptions{ObjectDescription: spec.gvr.String()})
 	notify := func() {
 		select {
-		case changed <- struct{}{}:
+		case spec.changed <- struct{}{}:
 		default: // a change is already signalled; the reader reads the cache anew
 		}
 	}
@@ -48,11 +95,34 @@ func watchSource(ctx context.Context, client dynamic.Interface, gvr schema.Group
 	}); err != nil {
 		return nil, err
 	}
-	go informer.RunWithContext(ctx)
-	if !cache.WaitForCacheSync(ctx.Done(), informer.HasSynced) {
-		return nil, fmt.Errorf("watching %s: %w", gvr.Resource, context.Cause(ctx))
+	if spec.heard != nil {
+		// Whoever hears the requests reports them.
+		if err := informer.SetWatchErrorHandlerWithContext(func(context.Context, *cache.Reflector, error) {}); err != nil {
+			return nil, err
+		}
 	}
-	return &source{informer: informer}, nil
+	ctx, cancel := context.WithCancel(ctx)
+	go informer.RunWithContext(ctx)
+	return &source{informer: informer, cancel: cancel}, nil
+}
+
+func (spec sourceSpec) tweakOptions(o *metav1.ListOptions) {
+	if spec.tweak != nil {
+		spec.tweak(o)
+	}
+}
+
+func (spec sourceSpec) hear(err error) {
+	if spec.heard != nil {
+		spec.heard(err)
+	}
+}
+
+// stop ends the source's watch.
+func (s *source) stop() {
+	if s != nil {
+		s.cancel()
+	}
 }
 
 // objects is what the cache holds now.

@@ -27,14 +27,17 @@ import (
 
 // StageStatus is one row of `status`, and its JSON/YAML form.
 type StageStatus struct {
-	Project   string     `json:"project"`
-	Stage     string     `json:"stage"`
-	Phase     string     `json:"phase"`
-	Paused    bool       `json:"paused"`
-	Reason    string     `json:"reason,omitempty"`
-	Pauses    []string   `json:"pauses,omitempty"`
-	Since     *time.Time `json:"since,omitempty"`
-	LatchedAt *time.Time `json:"latchedAt,omitempty"`
+	Project string   `json:"project"`
+	Stage   string   `json:"stage"`
+	Phase   string   `json:"phase"`
+	Paused  bool     `json:"paused"`
+	Reason  string   `json:"reason,omitempty"`
+	Pauses  []string `json:"pauses,omitempty"`
+	// KargoHolds are Kargo's own auto-promotion holds on the Stage (Kargo
+	// v1.11+): a StagePause's resume does not end them.
+	KargoHolds []KargoHold `json:"kargoHolds,omitempty"`
+	Since      *time.Time  `json:"since,omitempty"`
+	LatchedAt  *time.Time  `json:"latchedAt,omitempty"`
 	// Apps are the Argo CD Applications of the Stage's health output, each
 	// with when it was first seen Healthy in this cycle; absent when the
 	// Stage has no per-Application data. The list stops after one more
@@ -47,6 +50,20 @@ type StageStatus struct {
 	// downstream Stages can receive it.
 	MarkedVerified bool          `json:"markedVerified"`
 	Record         *latch.Record `json:"record,omitempty"`
+}
+
+// KargoHold is one of Kargo's own auto-promotion holds on a Stage, as
+// status.effectiveAutoPromotionHolds shows it: Kargo auto-promotes nothing
+// from Origin until someone promotes that origin's current candidate
+// Freight to the Stage, or resumes auto-promotion in Kargo's UI.
+type KargoHold struct {
+	// Origin is "Warehouse/<name>".
+	Origin string `json:"origin"`
+	// Freight is what the person promoted, which made the hold.
+	Freight   string     `json:"freight"`
+	Actor     string     `json:"actor,omitempty"`
+	Promotion string     `json:"promotion,omitempty"`
+	Since     *time.Time `json:"since,omitempty"`
 }
 
 // statusHelp is `status -h`: what the columns mean.
@@ -65,6 +82,12 @@ Columns:
   PAUSED    yes while a StagePause covers the Stage.
   REASON    the pause's reason, else the failure's.
   PAUSES    the StagePauses that cover the Stage.
+  HELD      the Warehouses from which Kargo itself holds auto-promotion of
+            the Stage (Kargo v1.11+, status.effectiveAutoPromotionHolds):
+            after a person promoted other Freight than the candidate, e.g.
+            a rollback during a pause. Resuming a pause does not end such a
+            hold; the lines below the table say what each is and how to
+            release it.
   SINCE     when the Stage entered its phase, or was paused.
   LATCHED   when the cycle latched.
   VERIFIED  marked: kargo-latch marked the current Freight verified in this
@@ -74,7 +97,8 @@ Columns:
             not succeeded, a missing right). Kargo may have verified it itself.
 
 -o json and -o yaml add the current Freight, each Application with the time
-it was first seen Healthy in this cycle (seenHealthyAt), and the latch record.
+it was first seen Healthy in this cycle (seenHealthyAt), Kargo's holds
+(kargoHolds: origin, Freight, actor, promotion, since), and the latch record.
 
 -w (--watch) keeps watching the Stages and their StagePauses (a watch, not
 polling) and shows them again on every change, until interrupted (exit 0).
@@ -238,6 +262,7 @@ func row(u *unstructured.Unstructured, pauses []v1alpha1.StagePause) StageStatus
 		r.Apps = appStatuses(st.Apps, seen)
 		r.Freight = st.FreightNames
 		r.MarkedVerified = markedVerified(st.FreightNames, r.Record)
+		r.KargoHolds = kargoHolds(st.Holds)
 	}
 	var earliest *time.Time
 	for _, p := range covering(u.GetNamespace(), u.GetName(), pauses) {
@@ -289,7 +314,7 @@ func phaseSince(r latch.Record) *time.Time {
 
 func printTable(out io.Writer, rows []StageStatus, withProject bool, now time.Time) error {
 	w := tabwriter.NewWriter(out, 0, 4, 3, ' ', 0)
-	header := "STAGE\tPHASE\tAPPS\tPAUSED\tREASON\tPAUSES\tSINCE\tLATCHED\tVERIFIED"
+	header := "STAGE\tPHASE\tAPPS\tPAUSED\tREASON\tPAUSES\tHELD\tSINCE\tLATCHED\tVERIFIED"
 	if withProject {
 		header = "PROJECT\t" + header
 	}
@@ -300,7 +325,7 @@ func printTable(out io.Writer, rows []StageStatus, withProject bool, now time.Ti
 			paused = "yes"
 		}
 		cells := []string{r.Stage, r.Phase, appsCell(r), paused, dash(r.Reason), dash(strings.Join(r.Pauses, ",")),
-			age(r.Since, now), age(r.LatchedAt, now), verifiedCell(r)}
+			heldCell(r), age(r.Since, now), age(r.LatchedAt, now), verifiedCell(r)}
 		if withProject {
 			cells = append([]string{r.Project}, cells...)
 		}
@@ -309,7 +334,10 @@ func printTable(out io.Writer, rows []StageStatus, withProject bool, now time.Ti
 	if len(rows) == 0 {
 		fmt.Fprintln(w, "(no Stages)")
 	}
-	return w.Flush()
+	if err := w.Flush(); err != nil {
+		return err
+	}
+	return printHolds(out, rows, withProject, now)
 }
 
 func dash(s string) string {

@@ -180,11 +180,11 @@ func TestPrintTable(t *testing.T) {
 		{Project: "q", Stage: "new", Phase: "-"},
 	}
 	want := `
-PROJECT   STAGE      PHASE      APPS   PAUSED   REASON     PAUSES   SINCE     LATCHED    VERIFIED
-p         flapping   Promoted   1/2    no       -          -        5m ago    -          -
-p         marked     Latched    2/2    no       -          -        60s ago   60s ago    marked
-q         paused     Latched    -      yes      Incident   inc-1    60m ago   120m ago   -
-q         new        -          -      no       -          -        -         -          -
+PROJECT   STAGE      PHASE      APPS   PAUSED   REASON     PAUSES   HELD   SINCE     LATCHED    VERIFIED
+p         flapping   Promoted   1/2    no       -          -        -      5m ago    -          -
+p         marked     Latched    2/2    no       -          -        -      60s ago   60s ago    marked
+q         paused     Latched    -      yes      Incident   inc-1    -      60m ago   120m ago   -
+q         new        -          -      no       -          -        -      -         -          -
 `
 	var b bytes.Buffer
 	if err := printTable(&b, rows, true, now); err != nil {
@@ -204,12 +204,61 @@ func trimLines(s string) string {
 	return strings.Join(lines, "\n")
 }
 
+// A person rolled back during an incident: Kargo holds auto-promotion of
+// the Stage from a Warehouse. The table names the Warehouse beside the
+// pauses, and the lines below it say, per hold, its origin, Freight, actor,
+// promotion and age, and how to release it; -o json carries them too.
+func TestStatusShowsKargosHolds(t *testing.T) {
+	u := stage(t, nil, []string{"f1"}, inCycle(latch.PhaseLatched, nil))
+	u.Object["status"].(map[string]any)["effectiveAutoPromotionHolds"] = map[string]any{
+		"Warehouse/images": map[string]any{"freightName": "f0", "origin": map[string]any{"kind": "Warehouse", "name": "images"},
+			"promotionName": "test.01m.f0", "actor": "admin", "createdAt": ago(3 * time.Minute).Format(time.RFC3339)},
+		"Warehouse/charts": map[string]any{"freightName": "c0", "origin": map[string]any{"kind": "Warehouse", "name": "charts"}},
+	}
+	// Kargo keeps a hold it no longer honours in autoPromotionHolds only.
+	u.Object["status"].(map[string]any)["autoPromotionHolds"] = map[string]any{
+		"Warehouse/old": map[string]any{"freightName": "o0", "origin": map[string]any{"kind": "Warehouse", "name": "old"}},
+	}
+	rows := rows([]*unstructured.Unstructured{u, stage(t, nil, []string{"f2"}, inCycle(latch.PhaseLatched, nil))}, nil)
+	rows[1].Stage = "other"
+	wantHolds := []KargoHold{
+		{Origin: "Warehouse/charts", Freight: "c0"},
+		{Origin: "Warehouse/images", Freight: "f0", Actor: "admin", Promotion: "test.01m.f0", Since: ago(3 * time.Minute)},
+	}
+	if diff := cmp.Diff(wantHolds, rows[0].KargoHolds); diff != "" {
+		t.Errorf("holds (-want +got):\n%s", diff)
+	}
+	var b bytes.Buffer
+	if err := printTable(&b, rows, false, now); err != nil {
+		t.Fatal(err)
+	}
+	want := `
+STAGE   PHASE     APPS   PAUSED   REASON   PAUSES   HELD            SINCE    LATCHED   VERIFIED
+test    Latched   -      no       -        -        charts,images   5m ago   5m ago    -
+other   Latched   -      no       -        -        -               5m ago   5m ago    -
+Kargo's own auto-promotion holds (to release one, promote the Warehouse's current candidate Freight to the Stage, or resume auto-promotion in Kargo's UI):
+STAGE   ORIGIN             FREIGHT   ACTOR   PROMOTION     SINCE
+test    Warehouse/charts   c0        -       -             -
+test    Warehouse/images   f0        admin   test.01m.f0   3m ago
+`
+	if diff := cmp.Diff(strings.TrimPrefix(want, "\n"), trimLines(b.String())); diff != "" {
+		t.Errorf("table (-want +got):\n%s", diff)
+	}
+	b.Reset()
+	if err := render(&b, rows[:1], "json", false, now); err != nil {
+		t.Fatal(err)
+	}
+	if want := `"kargoHolds": [`; !strings.Contains(b.String(), want) || !strings.Contains(b.String(), `"actor": "admin"`) {
+		t.Errorf("-o json has no holds:\n%s", b.String())
+	}
+}
+
 func TestStatusHelp(t *testing.T) {
 	var out, errOut bytes.Buffer
 	if code := Run(t.Context(), []string{"status", "-h"}, &out, &errOut); code != ExitOK {
 		t.Fatalf("status -h: exit %d: %s", code, errOut.String())
 	}
-	for _, col := range []string{"APPS", "VERIFIED", "seenHealthyAt"} {
+	for _, col := range []string{"APPS", "HELD", "VERIFIED", "seenHealthyAt", "kargoHolds"} {
 		if !strings.Contains(out.String(), col) {
 			t.Errorf("status -h does not explain %s:\n%s", col, out.String())
 		}

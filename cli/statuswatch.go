@@ -34,14 +34,14 @@ func (o *statusOptions) watchStatus(ctx context.Context, client dynamic.Interfac
 	if len(only) == 1 {
 		selectStage = byName(only[0])
 	}
-	stages, err := watchSource(ctx, client, kargo.StagesResource, ns, selectStage, changed)
+	stages, err := watchSource(ctx, sourceSpec{client: client, gvr: kargo.StagesResource, ns: ns, tweak: selectStage, changed: changed})
 	if err != nil {
 		return stopped(ctx, err)
 	}
 	if len(only) == 1 && len(stages.objects()) == 0 {
 		return fmt.Errorf("no such Stage %s in project %s", only[0], ns)
 	}
-	pauses, err := watchSource(ctx, client, v1alpha1.StagePausesResource, ns, nil, changed)
+	pauses, err := watchSource(ctx, sourceSpec{client: client, gvr: v1alpha1.StagePausesResource, ns: ns, changed: changed})
 	if err != nil {
 		return stopped(ctx, err)
 	}

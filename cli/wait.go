@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -14,8 +15,10 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/client-go/dynamic"
+	"k8s.io/utils/clock"
 
 	"github.com/kargo-latch/kargo-latch/api/v1alpha1"
 	"github.com/kargo-latch/kargo-latch/kargo"
@@ -39,9 +42,17 @@ Conditions (--for):
   verified  the cycle's Freight is verified in the Stage, so that downstream
             Stages can receive it: marked by kargo-latch when the cycle
             latched (kargo-latch.io/mark-verified), or verified by Kargo (the
-            Freight's status.verifiedIn). Fails as latched does.
+            Freight's status.verifiedIn) in this cycle: once the cycle has
+            latched, or at or after its promotion. Freight rolled back to,
+            verified in an earlier cycle, waits for this cycle's latch.
+            Fails as latched does.
   paused    a StagePause covers the Stage: its own, or the project-wide one.
   resumed   no StagePause covers the Stage (one being deleted no longer does).
+            If Kargo itself still holds auto-promotion of the Stage (Kargo
+            v1.11+ holds an origin after a person promoted other Freight
+            than its candidate, e.g. a rollback during the pause), wait
+            exits 4 at once and says how to release the hold: only a person
+            releases it, so waiting on would only hang the pipeline.
 
 Which cycle: the Stage's current promotion is the newest (in Kargo's name
 order, aborted ones aside) of the Stage's Promotions, its running and last
@@ -53,13 +64,21 @@ printed); use it when other promotions of the Stage may be queued at the
 same time. Without the right to list Promotions, wait knows only those the
 Stage shows (running or last), and says so.
 
+The API server going away: wait rides out a restart, and exits 1 once the
+API server has not answered for --unreachable-timeout (default 1m; a
+refusal such as 403 is an answer), whatever --timeout says.
+
 Exit codes:
   0    reached
   1    failed: the cycle failed, the promotion failed or was aborted, a newer
        promotion replaced it, or the Stage was deleted; or an error (the API
-       server refused or could not be reached). The reason is on stderr.
+       server refused, or could not be reached for --unreachable-timeout).
+       The reason is on stderr.
   2    usage error; nothing was done
   3    timed out (--timeout); the last state seen is on stderr
+  4    --for=resumed: no StagePause covers the Stage, but Kargo's own
+       auto-promotion hold still stops auto-promotion from an origin; the
+       hold and how to release it are on stderr
   130  interrupted (SIGINT or SIGTERM)`
 
 const waitExamples = `  # After "kargo promote --stage prod": wait for that promotion's latch.
@@ -68,13 +87,14 @@ const waitExamples = `  # After "kargo promote --stage prod": wait for that prom
   # Wait for the Freight to be verified, for one given promotion.
   kargo-latch wait prod -n shop --for=verified --promotion prod.01jxyz.abc1234 --timeout 30m
 
-  # Hold a pipeline until the Stage is resumed.
+  # Hold a pipeline until the Stage is resumed; 4 if Kargo still holds it.
   kargo-latch wait prod -n shop --for=resumed`
 
 type waitOptions struct {
-	condition string
-	timeout   time.Duration
-	promotion string
+	condition   string
+	timeout     time.Duration
+	promotion   string
+	unreachable time.Duration
 }
 
 func waitCmd(kube *kubeFlags) *cobra.Command {
@@ -92,6 +112,7 @@ func waitCmd(kube *kubeFlags) *cobra.Command {
 	cmd.Flags().StringVar(&o.condition, "for", "", "the condition: latched, verified, paused or resumed")
 	cmd.Flags().DurationVar(&o.timeout, "timeout", 0, "give up after this long (exit 3); 0 waits for ever")
 	cmd.Flags().StringVar(&o.promotion, "promotion", "", "wait for this promotion's cycle (latched, verified); default: the Stage's current promotion")
+	cmd.Flags().DurationVar(&o.unreachable, "unreachable-timeout", DefaultUnreachableTimeout, "give up (exit 1) once the API server has not answered for this long")
 	_ = cmd.RegisterFlagCompletionFunc("for", fixedCompletions(conditions...))
 	return cmd
 }
@@ -109,6 +130,8 @@ func (o *waitOptions) check(args []string) error {
 		return usageErrorf("unknown --for %q: use one of %s", o.condition, strings.Join(conditions, ", "))
 	case o.timeout < 0:
 		return usageErrorf("--timeout must not be negative")
+	case o.unreachable <= 0:
+		return usageErrorf("--unreachable-timeout must be positive")
 	case o.promotion != "" && !condition(o.condition).ofCycle():
 		return usageErrorf("--promotion goes with --for=latched or --for=verified")
 	}
@@ -128,20 +151,29 @@ func (o *waitOptions) run(ctx context.Context, kube *kubeFlags, args []string, s
 
 // wait waits for the Stage ns/stage as o says.
 func (o *waitOptions) wait(ctx context.Context, client dynamic.Interface, ns, stage string, stdout, stderr io.Writer) error {
-	var cancel context.CancelFunc
+	ctx, giveUp := context.WithCancelCause(ctx)
+	defer giveUp(nil)
 	if o.timeout > 0 {
+		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeoutCause(ctx, o.timeout, errTimedOut)
-	} else {
-		ctx, cancel = context.WithCancel(ctx)
+		defer cancel()
 	}
-	defer cancel()
 	w := &waiter{client: client, ns: ns, stage: stage, cond: condition(o.condition), target: o.promotion,
 		stderr: stderr, changed: make(chan struct{}, 1)}
-	last := "starting the watch"
+	w.reach = newReachability(clock.RealClock{}, o.unreachableTimeout(), w.probe, w.changed)
+	go func() {
+		select {
+		case <-w.reach.unreachable():
+			giveUp(w.reach.cause())
+		case <-ctx.Done():
+		}
+	}()
+	last, lastReach := "starting the watch", ""
 	if err := w.start(ctx); err != nil {
 		return o.ended(ctx, w, last, err)
 	}
 	for {
+		w.followFreight(ctx)
 		v := judge(w.cond, w.target, w.sight())
 		switch v.outcome {
 		case reached:
@@ -149,10 +181,16 @@ func (o *waitOptions) wait(ctx context.Context, client dynamic.Interface, ns, st
 			return err
 		case failed:
 			return fmt.Errorf("%s: %s", w.name(), v.message)
+		case held:
+			return &exitError{code: ExitHeld, err: fmt.Errorf("%s: %s", w.name(), v.message)}
 		}
 		if v.message != last {
 			last = v.message
 			fmt.Fprintf(stderr, "%s: %s\n", w.name(), last)
+		}
+		if r := w.reach.state(); r != lastReach {
+			lastReach = r
+			fmt.Fprintf(stderr, "%s: %s\n", w.name(), cmp.Or(r, "the API server answers again"))
 		}
 		select {
 		case <-ctx.Done():
@@ -162,12 +200,22 @@ func (o *waitOptions) wait(ctx context.Context, client dynamic.Interface, ns, st
 	}
 }
 
+func (o *waitOptions) unreachableTimeout() time.Duration {
+	if o.unreachable <= 0 { // a caller that did not parse the flags
+		return DefaultUnreachableTimeout
+	}
+	return o.unreachable
+}
+
 // ended is the error of a wait whose context ended, or that failed to start.
 func (o *waitOptions) ended(ctx context.Context, w *waiter, last string, err error) error {
+	var unreachable *errUnreachable
 	switch {
 	case errors.Is(context.Cause(ctx), errTimedOut):
 		return &exitError{code: ExitTimeout, err: fmt.Errorf("timed out after %s waiting for %s to be %s; last seen: %s",
 			o.timeout, w.name(), w.cond, last)}
+	case errors.As(context.Cause(ctx), &unreachable):
+		return fmt.Errorf("%s: %w; last seen: %s", w.name(), unreachable, last)
 	case ctx.Err() != nil:
 		return &exitError{code: ExitInterrupted, err: fmt.Errorf("interrupted while waiting for %s to be %s; last seen: %s",
 			w.name(), w.cond, last)}
@@ -187,28 +235,41 @@ type waiter struct {
 	target string
 	stderr io.Writer
 
-	changed                             chan struct{}
-	stages, pauses, promotions, freight *source
+	changed                    chan struct{}
+	reach                      *reachability
+	stages, pauses, promotions *source
+	freight                    freightSources
 }
 
 func (w *waiter) name() string { return "stage " + w.ns + "/" + w.stage }
 
+// watching is what the waiter's source of gvr watches.
+func (w *waiter) watching(gvr schema.GroupVersionResource, tweak func(*metav1.ListOptions)) sourceSpec {
+	return sourceSpec{client: w.client, gvr: gvr, ns: w.ns, tweak: tweak, changed: w.changed, heard: w.reach.heard}
+}
+
+// probe reads the Stage once: whether the API server answers.
+func (w *waiter) probe(ctx context.Context) error {
+	_, err := w.client.Resource(kargo.StagesResource).Namespace(w.ns).Get(ctx, w.stage, metav1.GetOptions{})
+	return err
+}
+
 func (w *waiter) start(ctx context.Context) error {
 	var err error
-	if w.stages, err = watchSource(ctx, w.client, kargo.StagesResource, w.ns, byName(w.stage), w.changed); err != nil {
+	if w.stages, err = watchSource(ctx, w.watching(kargo.StagesResource, byName(w.stage))); err != nil {
 		return w.required(err, "stages")
 	}
 	if len(w.stages.objects()) == 0 {
 		return fmt.Errorf("no such Stage %s in project %s", w.stage, w.ns)
 	}
 	if !w.cond.ofCycle() {
-		if w.pauses, err = watchSource(ctx, w.client, v1alpha1.StagePausesResource, w.ns, nil, w.changed); err != nil {
+		if w.pauses, err = watchSource(ctx, w.watching(v1alpha1.StagePausesResource, nil)); err != nil {
 			return w.required(err, "stagepauses")
 		}
 		return nil
 	}
 	selectPromotions := w.promotionSelector()
-	if w.promotions, err = watchSource(ctx, w.client, kargo.PromotionsResource, w.ns, selectPromotions, w.changed); err != nil {
+	if w.promotions, err = watchSource(ctx, w.watching(kargo.PromotionsResource, selectPromotions)); err != nil {
 		if err := w.optional(ctx, err, "promotions", "it knows only the promotions the Stage shows (running or last)"); err != nil {
 			return err
 		}
@@ -217,11 +278,6 @@ func (w *waiter) start(ctx context.Context) error {
 		w.target = currentPromotion(w.stage, w.stageObject(), w.stagePromotions())
 	} else if err := w.checkPinned(); err != nil {
 		return err
-	}
-	if w.cond == forVerified {
-		if w.freight, err = watchSource(ctx, w.client, kargo.FreightsResource, w.ns, nil, w.changed); err != nil {
-			return w.optional(ctx, err, "freights", "it counts only the Freight kargo-latch marked verified")
-		}
 	}
 	return nil
 }
@@ -284,11 +340,8 @@ func (w *waiter) sight() sighting {
 	if w.pauses != nil {
 		s.pauses = pausesOf(w.pauses.objects())
 	}
-	if w.freight != nil {
-		s.verifiedIn = func(freight string) bool {
-			u := w.freight.get(w.ns, freight)
-			return u != nil && freightVerifiedIn(u, w.stage)
-		}
+	if w.cond == forVerified {
+		s.verifiedIn = w.freight.verifiedIn(w.ns, w.stage)
 	}
 	return s
 }

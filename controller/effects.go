@@ -208,7 +208,7 @@ func (c *Controller) afterStore(stage *kargo.Stage, pauses []*v1alpha1.StagePaus
 				c.cfg.Metrics.PausesTotal.WithLabelValues(ns, name, p.EffectiveReason()).Inc()
 			}
 		case latch.ActionResumed:
-			c.event(stage, corev1.EventTypeNormal, ReasonStageResumed, "The last StagePause covering the Stage was deleted; Kargo was asked to refresh it and may auto-promote again")
+			c.event(stage, corev1.EventTypeNormal, ReasonStageResumed, resumedMessage(stage))
 			c.cfg.Metrics.ResumesTotal.WithLabelValues(ns, name).Inc()
 		case latch.ActionCycleStarted, latch.ActionCreatePause, latch.ActionMarkVerified:
 			// Kargo announces promotions itself; a new pause is reported

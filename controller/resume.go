@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"slices"
+	"strings"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -101,3 +102,25 @@ func (c *Controller) releaseOrphan(ctx context.Context, p *v1alpha1.StagePause) 
 	}
 	return c.releasePauses(ctx, []*v1alpha1.StagePause{p})
 }
+
+// resumedMessage is the message of the StageResumed Event. A person who
+// rolled back while the Stage was paused made Kargo (v1.11+) hold
+// auto-promotion from that origin, and that hold outlives the StagePause:
+// the Event then says so, and how to release it, so that nobody wonders why
+// nothing flows after the resume. kargo-latch never releases it itself.
+func resumedMessage(stage *kargo.Stage) string {
+	const resumed = "The last StagePause covering the Stage was deleted; Kargo was asked to refresh it and may auto-promote again"
+	if stage.Status == nil || len(stage.Status.Holds) == 0 {
+		return resumed
+	}
+	held := make([]string, len(stage.Status.Holds))
+	for i, h := range stage.Status.Holds {
+		held[i] = h.Describe()
+	}
+	return fmt.Sprintf("%s. But Kargo itself still holds auto-promotion from %s: to release it, %s",
+		resumed, truncate(strings.Join(held, "; "), maxHoldsMessage), kargo.HoldRelease(stage.Namespace, stage.Name))
+}
+
+// maxHoldsMessage keeps a StageResumed Event of a Stage held from many
+// origins within about a kilobyte, as Events are meant to be short.
+const maxHoldsMessage = 512

@@ -53,6 +53,10 @@ type StageStatus struct {
 	// with Apps: Kargo writes one only for a health check that returned
 	// output (see PromotionReference.HealthChecks).
 	HealthOutputs int
+	// Holds are Kargo's own auto-promotion holds in force
+	// (status.effectiveAutoPromotionHolds, Kargo v1.11.1+), sorted by
+	// origin; nil when there are none (see holds.go).
+	Holds []AutoPromotionHold
 }
 
 // PromotionReference is status.lastPromotion.
@@ -92,6 +96,7 @@ func (s *Stage) DeepCopy() *Stage {
 			st.LastPromotion = &lp
 		}
 		st.Apps = slices.Clone(s.Status.Apps)
+		st.Holds = slices.Clone(s.Status.Holds)
 		if s.Status.Verification != nil {
 			v := *s.Status.Verification
 			st.Verification = &v
@@ -175,6 +180,7 @@ func statusFromMap(status map[string]any, withApps bool) *StageStatus {
 			st.Verification = newestVerification(newest)
 		}
 	}
+	st.Holds = holdsFromMap(status[HoldsField])
 	return st
 }
 

@@ -65,6 +65,7 @@ type statusDoc struct {
 	} `json:"health"`
 	LastPromotion  *lastPromotionDoc `json:"lastPromotion"`
 	FreightHistory newestCollection  `json:"freightHistory"`
+	Holds          holdsDoc          `json:"effectiveAutoPromotionHolds"`
 }
 
 type lastPromotionDoc struct {
@@ -317,6 +318,7 @@ func (d *statusDoc) mirror(withApps bool) *StageStatus {
 			st.Verification = &VerificationInfo{ID: v.ID, Phase: v.Phase, Message: v.Message}
 		}
 	}
+	st.Holds = d.Holds
 	return st
 }
 

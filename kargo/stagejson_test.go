@@ -56,6 +56,19 @@ func stageDocs() map[string]string {
 		"being deleted":                       `{"metadata": {"name": "a", "deletionTimestamp": "2026-11-30T10:00:00Z", "uid": "u", "resourceVersion": "9"}}`,
 		"keys spelled otherwise are not read": `{"metadata": {"Name": "a", "name": "b"}, "Status": {"health": {"status": "Healthy"}}, "status": {"Health": {"status": "Unknown"}}}`,
 	}
+	for name, holds := range map[string]string{
+		"in Kargo's shape": `{"Warehouse/w": {"freightName": "f1", "origin": {"kind": "Warehouse", "name": "w"}, "promotionName": "s.01m.f1", "actor": "admin", "createdAt": "2026-12-01T10:00:00Z"},
+			"Warehouse/a": {"freightName": "f2", "origin": {"kind": "Warehouse", "name": "a"}}}`,
+		"empty":                    `{}`,
+		"null":                     `null`,
+		"an array":                 `[{"freightName": "f1"}]`,
+		"entries not objects":      `{"Warehouse/w": "f1", "Warehouse/x": null, "Warehouse/y": 5, "Warehouse/z": {"freightName": "f3"}}`,
+		"mistyped fields":          `{"Warehouse/w": {"freightName": 7, "actor": ["x"], "promotionName": {}, "createdAt": "yesterday"}}`,
+		"keys spelled otherwise":   `{"Warehouse/w": {"FreightName": "f1", "Actor": "admin", "createdat": "2026-12-01T10:00:00Z"}}`,
+		"fractional creation time": `{"Warehouse/w": {"freightName": "f1", "createdAt": "2026-12-01T10:00:00.123456Z"}}`,
+	} {
+		docs["effective holds: "+name] = `{"metadata": {"name": "a"}, "status": {"autoPromotionHolds": {"Warehouse/old": {"freightName": "f0"}}, "effectiveAutoPromotionHolds": ` + holds + `}}`
+	}
 	for name, output := range map[string]string{
 		"apps in Kargo's shape":              `[{"applicationStatuses": [{"Name": "a", "Namespace": "argocd", "health": {"status": "Healthy"}, "sync": {"status": "Synced"}}]}]`,
 		"apps with lower-case keys":          `[{"applicationStatuses": [{"name": "a", "namespace": "x", "health": {"status": "Healthy"}}]}]`,

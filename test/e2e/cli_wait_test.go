@@ -46,6 +46,7 @@ type cliRun struct {
 	stdout, stderr outputBuffer
 	done           chan struct{}
 	code           int
+	endedAt        time.Time
 }
 
 func startCLI(t *testing.T, cfg *rest.Config, args ...string) *cliRun {
@@ -57,6 +58,7 @@ func startCLI(t *testing.T, cfg *rest.Config, args ...string) *cliRun {
 	must(t, r.cmd.Start())
 	go func() {
 		defer close(r.done)
+		defer func() { r.endedAt = time.Now() }()
 		var exit *exec.ExitError
 		if err := r.cmd.Wait(); errors.As(err, &exit) {
 			r.code = exit.ExitCode()
@@ -111,11 +113,17 @@ func (r *cliRun) stillRunning(why string) {
 // exit waits for the command to end and returns its exit code.
 func (r *cliRun) exit() int {
 	r.t.Helper()
+	return r.exitWithin(waitLimit)
+}
+
+// exitWithin is exit for a command that may take up to limit to end.
+func (r *cliRun) exitWithin(limit time.Duration) int {
+	r.t.Helper()
 	select {
 	case <-r.done:
 		return r.code
-	case <-time.After(waitLimit):
-		r.t.Fatalf("%v did not end within %v", r.args, waitLimit)
+	case <-time.After(limit):
+		r.t.Fatalf("%v did not end within %v", r.args, limit)
 		return 0
 	}
 }
