@@ -56,7 +56,7 @@ func Write(img *Image, layoutDir, tarPath string) (v1.Hash, error) {
 	if err != nil {
 		return v1.Hash{}, err
 	}
-	full, err := fullName(img.Source.Ref())
+	full, err := FullName(img.Source.Ref())
 	if err != nil {
 		return v1.Hash{}, err
 	}
@@ -92,9 +92,9 @@ func publicModes(dir string) error {
 	})
 }
 
-// fullName is ref as containerd and Docker name it: docker.io/library/x:tag
+// FullName is ref as containerd and Docker name it: docker.io/library/x:tag
 // for x:tag, so that a Pod's image kargo-latch:dev finds it.
-func fullName(ref string) (string, error) {
+func FullName(ref string) (string, error) {
 	r, err := name.NewTag(ref)
 	if err != nil {
 		return "", err
