@@ -191,4 +191,4 @@ demo: $(APISERVER) build
 	$(GO) run ./test/demo
 
 clean:
-	rm -rf $(BIN)
+	rm -rf $(BIN) dist

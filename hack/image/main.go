@@ -53,14 +53,13 @@ func run(ctx context.Context, args []string) error {
 	}
 	switch args[0] {
 	case "build":
-		_, err = build(ctx, absRoot, *version, *out)
-		return err
+		return build(ctx, absRoot, *version, *out)
 	case "push":
 		tag, err := name.NewTag(*ref, name.StrictValidation)
 		if err != nil {
 			return fmt.Errorf("-image %q: want registry/name:tag: %w", *ref, err)
 		}
-		if _, err := build(ctx, absRoot, tag.TagStr(), *out); err != nil {
+		if err := build(ctx, absRoot, tag.TagStr(), *out); err != nil {
 			return err
 		}
 		digest, err := ociimage.Push(ctx, filepath.Join(*out, ociimage.LayoutDir), *ref)
@@ -90,44 +89,44 @@ func run(ctx context.Context, args []string) error {
 	}
 }
 
-func build(ctx context.Context, root, version, out string) (*ociimage.Image, error) {
+func build(ctx context.Context, root, version, out string) error {
 	src, err := ociimage.ReadSource(root, version)
 	if err != nil {
-		return nil, err
+		return err
 	}
 	warnDirty(src)
 	work, err := os.MkdirTemp("", "kargo-latch-image-")
 	if err != nil {
-		return nil, err
+		return err
 	}
 	defer func() { _ = os.RemoveAll(work) }()
 	img, err := ociimage.Build(ctx, src, work)
 	if err != nil {
-		return nil, err
+		return err
 	}
 	layoutDir, tarPath := filepath.Join(out, ociimage.LayoutDir), filepath.Join(out, ociimage.TarballName(src.Version))
 	digest, err := ociimage.Write(img, layoutDir, tarPath)
 	if err != nil {
-		return nil, err
+		return err
 	}
 	fmt.Printf("image %s@%s (revision %s, created %s)\n", src.Ref(), digest, src.Revision, src.Created.Format("2006-01-02T15:04:05Z"))
 	for _, p := range ociimage.Platforms {
 		pi, err := ociimage.PlatformImage(img.Index, p)
 		if err != nil {
-			return nil, err
+			return err
 		}
 		d, err := pi.Digest()
 		if err != nil {
-			return nil, err
+			return err
 		}
 		size, err := ociimage.CompressedSize(pi)
 		if err != nil {
-			return nil, err
+			return err
 		}
 		fmt.Printf("  %-12s %s  %.1f MiB compressed\n", p, d, float64(size)/(1<<20))
 	}
 	fmt.Printf("  layout  %s\n  tarball %s\n", layoutDir, tarPath)
-	return img, nil
+	return nil
 }
 
 func warnDirty(src ociimage.Source) {

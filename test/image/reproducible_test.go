@@ -118,7 +118,7 @@ func untar(t *testing.T, path, dir string) {
 		dest := filepath.Join(dir, filepath.FromSlash(hdr.Name))
 		switch hdr.Typeflag {
 		case tar.TypeDir:
-			must(t, os.MkdirAll(dest, 0o755))
+			must(t, os.MkdirAll(dest, 0o750))
 		case tar.TypeReg:
 			body, err := io.ReadAll(tr)
 			must(t, err)

@@ -70,7 +70,7 @@ func Release(ctx context.Context, src Source, outDir, helm string) (v1.Hash, err
 		if err != nil {
 			return v1.Hash{}, err
 		}
-		if err := os.WriteFile(filepath.Join(outDir, SBOMName(src.Version, p)), sbom, 0o644); err != nil { //nolint:gosec // a release's files are public
+		if err := os.WriteFile(filepath.Join(outDir, SBOMName(src.Version, p)), sbom, 0o644); err != nil {
 			return v1.Hash{}, err
 		}
 	}
@@ -109,7 +109,7 @@ func WriteChecksums(dir string) error {
 		return err
 	}
 	slices.Sort(lines)
-	return os.WriteFile(filepath.Join(dir, ChecksumsName), []byte(strings.Join(lines, "")), 0o644) //nolint:gosec // public
+	return os.WriteFile(filepath.Join(dir, ChecksumsName), []byte(strings.Join(lines, "")), 0o644)
 }
 
 // ReadChecksums reads a checksums.txt: the sha256 of each path.

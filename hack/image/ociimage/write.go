@@ -7,7 +7,6 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
-	"strings"
 
 	"github.com/google/go-containerregistry/pkg/name"
 	v1 "github.com/google/go-containerregistry/pkg/v1"
@@ -79,8 +78,17 @@ func Write(img *Image, layoutDir, tarPath string) (v1.Hash, error) {
 // publicModes makes the layout's files 0644 and its directories 0755, as
 // in the tarball: the layout library writes some blobs 0600 and others
 // with the executable bit.
-func publicModes(dir string) error {
-	return filepath.WalkDir(dir, func(path string, d fs.DirEntry, err error) error {
+func publicModes(dir string) (err error) {
+	root, err := os.OpenRoot(dir)
+	if err != nil {
+		return err
+	}
+	defer func() {
+		if cerr := root.Close(); err == nil {
+			err = cerr
+		}
+	}()
+	return fs.WalkDir(root.FS(), ".", func(path string, d fs.DirEntry, err error) error {
 		if err != nil {
 			return err
 		}
@@ -88,7 +96,7 @@ func publicModes(dir string) error {
 		if d.IsDir() {
 			mode = 0o755
 		}
-		return os.Chmod(path, mode)
+		return root.Chmod(path, mode)
 	})
 }
 
@@ -132,7 +140,12 @@ func legacyManifest(img *Image) ([]byte, error) {
 // writeTarball archives the layout plus manifest.json, in name order, with
 // the commit's time and root's ownership on every entry.
 func writeTarball(layoutDir, tarPath string, manifest []byte, src Source) (err error) {
-	if err := os.MkdirAll(filepath.Dir(tarPath), 0o755); err != nil {
+	layout, err := os.OpenRoot(layoutDir)
+	if err != nil {
+		return err
+	}
+	defer func() { _ = layout.Close() }()
+	if err := os.MkdirAll(filepath.Dir(tarPath), 0o755); err != nil { //nolint:gosec // dist/ holds what is published
 		return err
 	}
 	f, err := os.Create(tarPath)
@@ -159,24 +172,23 @@ func writeTarball(layoutDir, tarPath string, manifest []byte, src Source) (err e
 	}
 	// WalkDir visits in lexical order; manifest.json goes after
 	// index.json, where it sorts.
-	err = filepath.WalkDir(layoutDir, func(path string, d fs.DirEntry, err error) error {
-		if err != nil || path == layoutDir {
+	err = fs.WalkDir(layout.FS(), ".", func(path string, d fs.DirEntry, err error) error {
+		if err != nil || path == "." {
 			return err
 		}
-		rel := filepath.ToSlash(strings.TrimPrefix(path, layoutDir+string(filepath.Separator)))
 		if d.IsDir() {
-			return add(rel+"/", 0o755, nil, true)
+			return add(path+"/", 0o755, nil, true)
 		}
-		if rel == "oci-layout" {
+		if path == "oci-layout" {
 			if err := add("manifest.json", 0o644, manifest, false); err != nil {
 				return err
 			}
 		}
-		body, err := os.ReadFile(path)
+		body, err := fs.ReadFile(layout.FS(), path)
 		if err != nil {
 			return err
 		}
-		return add(rel, 0o644, body, false)
+		return add(path, 0o644, body, false)
 	})
 	if err != nil {
 		return fmt.Errorf("writing %s: %w", tarPath, err)
