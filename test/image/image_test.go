@@ -119,7 +119,6 @@ func TestImageConfig(t *testing.T) {
 		want := v1.Config{
 			User:       "65532:65532",
 			Entrypoint: []string{"/kargo-latch"},
-			WorkingDir: "/",
 			Labels:     wantLabels(t),
 		}
 		if diff := cmp.Diff(want, cfg.Config); diff != "" {

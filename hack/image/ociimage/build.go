@@ -164,7 +164,6 @@ func platformImage(src Source, p v1.Platform, binary string) (v1.Image, error) {
 	cfg.Config = v1.Config{
 		User:       User,
 		Entrypoint: []string{Entrypoint},
-		WorkingDir: "/",
 		Labels:     Labels(src),
 	}
 	return mutate.ConfigFile(img, cfg)
