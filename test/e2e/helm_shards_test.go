@@ -186,8 +186,8 @@ func TestChartRefusesBadShards(t *testing.T) {
 }
 
 // TestHelmInstallRunsOneOperatorPerShard installs the chart with the shard
-// eu, then runs the real binary with the arguments of each Deployment the
-// chart made, as the chart's ServiceAccount (no kubelet runs Pods here).
+// eu, then runs the image's binary with the arguments of each Deployment
+// the chart made, as the chart's ServiceAccount (no kubelet runs Pods here).
 // Each operator leads with a Lease of its own and serves only its Stages:
 // the shard's those labelled eu, the main one those without the label. A
 // failure pauses a Stage of either.
@@ -222,6 +222,7 @@ func TestHelmInstallRunsOneOperatorPerShard(t *testing.T) {
 		// served on loopback, where the test reads them.
 		p := newMeteredProcess(t, identity, append(slices.Clone(d.Spec.Template.Spec.Containers[0].Args),
 			"--leader-election-namespace="+releaseNS, "--health-probe-bind-address=0")...)
+		runFromImage(t, p, d.Spec.Template.Spec.Containers[0])
 		p.start()
 		operators[name] = p
 	}

@@ -434,8 +434,9 @@ func sameSetting(value, def string) bool {
 
 // TestHelmInstallPausesAStage installs kargo-latch from the chart, with
 // pause-on-failure on by default, into a namespace of its own, then runs
-// the real binary with the arguments of the Deployment the chart made, as
-// the ServiceAccount the chart made (no kubelet runs Pods here). A failed
+// the binary of the image the Deployment names (`make image`'s), with the
+// arguments and environment of the Deployment the chart made, as the
+// ServiceAccount the chart made (no kubelet runs Pods here). A failed
 // promotion pauses its Stage, and the chart's pause gate, keyed on the
 // Kargo controller ServiceAccount given in the values (the value of before
 // pauseGate.kargoControllers, which keeps working) and on the regex of
@@ -515,6 +516,7 @@ func TestHelmInstallPausesAStage(t *testing.T) {
 	// left to the tests that own them.
 	p := newProcessAs(t, identity, append(slices.Clone(deployed),
 		"--leader-election-namespace="+releaseNS, "--metrics-bind-address=0", "--health-probe-bind-address=0")...)
+	runFromImage(t, p, deployment.Spec.Template.Spec.Containers[0])
 	p.start()
 
 	prod := env.createStage(t, project, "prod", nil)

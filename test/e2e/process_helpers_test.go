@@ -72,6 +72,10 @@ type process struct {
 	// metrics is where the process serves /metrics; empty when it does
 	// not (see newMeteredProcess).
 	metrics metricsAt
+	// binary is the executable to run; nil runs operatorPath's. env is
+	// added to the test's environment. See runFromImage.
+	binary func() (string, error)
+	env    []string
 }
 
 func newProcess(t *testing.T, args ...string) *process {
@@ -110,11 +114,18 @@ func (p *process) start() {
 // launch is start returning its error, for a goroutine that restarts the
 // process (t.Fatal must not be called there).
 func (p *process) launch() error {
-	path, err := operatorPath()
+	binary := operatorPath
+	if p.binary != nil {
+		binary = p.binary
+	}
+	path, err := binary()
 	if err != nil {
 		return err
 	}
 	p.cmd = exec.Command(path, p.args...)
+	if p.env != nil {
+		p.cmd.Env = append(os.Environ(), p.env...)
+	}
 	p.cmd.Stdout, p.cmd.Stderr = p.log, p.log
 	p.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	if err := p.cmd.Start(); err != nil {
