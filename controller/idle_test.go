@@ -118,7 +118,7 @@ func TestIdleWaitsForDelayedWork(t *testing.T) {
 				}
 				return false, nil, nil
 			})
-		}, markableStage("prod"), freightObject("f1"))
+		}, markableStage("prod"), freightF1())
 		waitUntil(t, func() bool { return tries.Load() >= 1 })
 		f.idle()
 		if n, marked := tries.Load(), f.record("prod").Marked; n != 2 || len(marked) != 1 {
