@@ -36,6 +36,7 @@ type fixture struct {
 	recorder *record.FakeRecorder
 	patches  atomic.Int64
 	reg      *prometheus.Registry
+	clock    *delayClock // for idle: the delayed adds pending
 	c        *Controller
 }
 
@@ -59,7 +60,7 @@ func startFixture(t *testing.T, dryRun bool, setup func(*fixture), logger klog.L
 	for i, s := range objects {
 		objs[i] = s
 	}
-	f := &fixture{t: t, recorder: record.NewFakeRecorder(100), reg: prometheus.NewRegistry()}
+	f := &fixture{t: t, recorder: record.NewFakeRecorder(100), reg: prometheus.NewRegistry(), clock: newDelayClock()}
 	f.client = dynamicfake.NewSimpleDynamicClientWithCustomListKinds(runtime.NewScheme(), map[schema.GroupVersionResource]string{
 		kargo.StagesResource:         "StageList",
 		kargo.PromotionsResource:     "PromotionList",
@@ -88,8 +89,10 @@ func startFixture(t *testing.T, dryRun bool, setup func(*fixture), logger klog.L
 		Defaults: latch.Settings{LatchDeadline: time.Minute, DegradedGrace: time.Minute},
 		DryRun:   dryRun,
 		Metrics:  metrics.New(f.reg, "test"),
-		// For idle: the queues' adds and finished work.
+		// For idle: the queues' adds and finished work, and their delayed
+		// adds.
 		QueueMetrics: metrics.NewWorkqueueProvider(f.reg),
+		Clock:        f.clock,
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -155,15 +158,21 @@ func (f *fixture) syncs() uint64 {
 }
 
 // idleMoment is how long the controller's work must stay unchanged for it
-// to count as idle: a sync retried after a write conflict waits some
-// milliseconds outside the queue, and a watch event is delivered within
-// the moment.
+// to count as idle: a watch event is delivered within the moment.
 const idleMoment = 300 * time.Millisecond
 
-// idle waits until the controller has nothing queued or being synced, its
-// work unchanged for idleMoment, as the e2e suite's waitIdle: every change
-// it was told of before is then handled. A check that nothing happened
-// follows a proof that the input was seen, then this; never a fixed sleep.
+// idleHorizon is how soon a delayed add must be due for idle to wait for
+// it: a retry's backoff, a mark tried again (markErrorRetryFirst). Later
+// ones are the time-based transitions of the fixture's settings (a minute
+// away), which no test waits out.
+const idleHorizon = 5 * time.Second
+
+// idle waits until the controller has nothing queued, being synced or
+// waiting in a queue to be added within idleHorizon (a retry with backoff),
+// its work unchanged for idleMoment, as the e2e suite's waitIdle: every
+// change it was told of before is then handled. A check that nothing
+// happened follows a proof that the input was seen, then this; never a
+// fixed sleep.
 func (f *fixture) idle() {
 	f.t.Helper()
 	type work struct{ syncs, queuedIn, queuedOut float64 }
@@ -190,7 +199,7 @@ func (f *fixture) idle() {
 	last, since := work{syncs: -1}, time.Now() // no read is like this one
 	waitUntil(f.t, func() bool {
 		w := read()
-		if w.queuedIn != w.queuedOut || w != last {
+		if w.queuedIn != w.queuedOut || w != last || f.clock.dueWithin(idleHorizon) {
 			last, since = w, time.Now()
 			return false
 		}

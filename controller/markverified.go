@@ -161,7 +161,7 @@ func markedByUs(f *unstructured.Unstructured, stage string) bool {
 			continue
 		}
 		var fields map[string]any
-		if json.Unmarshal(mf.FieldsV1.Raw, &fields) != nil {
+		if json.Unmarshal(mf.FieldsV1.GetRawBytes(), &fields) != nil {
 			continue
 		}
 		if _, ok, _ := unstructured.NestedFieldNoCopy(fields, "f:status", "f:verifiedIn", "f:"+stage, "f:verifiedAt"); ok {

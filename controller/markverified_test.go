@@ -72,10 +72,11 @@ func waitUntil(t *testing.T, cond func() bool) {
 	}
 }
 
-func freightObject(name string) *unstructured.Unstructured {
+// freightF1 is markableStage's Freight f1, verified upstream in Stage qa.
+func freightF1() *unstructured.Unstructured {
 	return &unstructured.Unstructured{Object: map[string]any{
 		"apiVersion": "kargo.akuity.io/v1alpha1", "kind": "Freight",
-		"metadata": map[string]any{"name": name, "namespace": "shop", "resourceVersion": "1"},
+		"metadata": map[string]any{"name": "f1", "namespace": "shop", "resourceVersion": "1"},
 		"origin":   map[string]any{"kind": "Warehouse", "name": "w"},
 		"status":   map[string]any{"verifiedIn": map[string]any{"qa": map[string]any{"verifiedAt": "2026-11-29T09:00:00Z"}}},
 	}}
@@ -120,7 +121,7 @@ func TestMarkSurvivesAFailedStoreAfterThePatch(t *testing.T) {
 			}
 			return false, nil, nil
 		})
-	}, markableStage("prod"), freightObject("f1"))
+	}, markableStage("prod"), freightF1())
 	waitUntil(t, func() bool { return len(f.record("prod").Marked) == 1 })
 	r := f.record("prod")
 	if got, want := f.verifiedAt("f1", "prod"), r.LatchedAt.UTC().Format(time.RFC3339); got != want {
@@ -149,7 +150,7 @@ func TestMarkRetriesAFailedPatchWithoutAnOrphanEvent(t *testing.T) {
 			}
 			return false, nil, nil
 		})
-	}, markableStage("prod"), freightObject("f1"))
+	}, markableStage("prod"), freightF1())
 	f.waitEvent("Normal HealthLatched")
 	waitUntil(t, func() bool { return freightPatches.Load() >= 1 })
 	if r := f.record("prod"); r.Phase != latch.PhaseLatched || len(r.Marked) != 0 {
@@ -183,7 +184,7 @@ func TestMarkReadsTheFreightOnce(t *testing.T) {
 			obj, err := f.client.Tracker().Get(kargo.StagesResource, "shop", "prod")
 			return true, obj, err
 		})
-	}, markableStage("prod"), freightObject("f1"))
+	}, markableStage("prod"), freightF1())
 	waitUntil(t, func() bool { return f.freightVerifiedEvents() == 1 })
 	// Kargo rewrites the Stage's health: the operator syncs it again on a
 	// cache that still shows the latch without its marks.
@@ -219,12 +220,12 @@ func latchedProd() *unstructured.Unstructured {
 // second latchedProd latched in, with the managedFields entry the API
 // server records for that write by manager.
 func freightVerifiedBy(manager string) *unstructured.Unstructured {
-	f := freightObject("f1")
+	f := freightF1()
 	_ = unstructured.SetNestedField(f.Object, "2026-11-29T10:01:00Z", "status", "verifiedIn", "prod", "verifiedAt")
 	f.SetManagedFields([]metav1.ManagedFieldsEntry{{
 		Manager: manager, Operation: metav1.ManagedFieldsOperationUpdate, APIVersion: "kargo.akuity.io/v1alpha1",
 		Subresource: "status", FieldsType: "FieldsV1",
-		FieldsV1: &metav1.FieldsV1{Raw: []byte(`{"f:status":{"f:verifiedIn":{"f:prod":{".":{},"f:verifiedAt":{}}}}}`)},
+		FieldsV1: metav1.NewFieldsV1(`{"f:status":{"f:verifiedIn":{"f:prod":{".":{},"f:verifiedAt":{}}}}}`),
 	}})
 	return f
 }
@@ -277,7 +278,7 @@ func TestMarkConflictIsARetryNotAnError(t *testing.T) {
 			}
 			return false, nil, nil
 		})
-	}, markableStage("prod"), freightObject("f1"))
+	}, markableStage("prod"), freightF1())
 	waitUntil(t, func() bool { return len(f.record("prod").Marked) == 1 })
 	f.idle()
 	if n := freightPatches.Load(); n != 2 {

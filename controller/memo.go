@@ -50,6 +50,10 @@ type memo struct {
 	// dryRunRecord stands in for the annotation in --dry-run, which writes
 	// nothing; nil when there is none.
 	dryRunRecord *latch.Record
+
+	// unreadableCopy stands for the cached copy of the record last
+	// reported unreadable (recordOf).
+	unreadableCopy stateDigest
 }
 
 // stateDigest stands for a record's value. A memo keeps one for every Stage

@@ -150,32 +150,6 @@ func (c *Controller) markRetry(m *memo, now time.Time) time.Duration {
 	return 0
 }
 
-// recordOf reads the record of a cached Stage. A cached copy this process
-// cannot inflate (kargo.Packed.Read) is not "no record": taken for one, the
-// sync would store a fresh record over the Stage's and lose its failure,
-// pauses and marks. It is reported as an invalid record, and the record is
-// read from the Stage on the API server, whose copy is intact; one that
-// cannot be read either is never written over: the sync fails and is
-// retried. A nil Stage is gone, or has left this shard.
-func (c *Controller) recordOf(ctx context.Context, key cache.ObjectName, stage *kargo.Stage, m *memo) (*kargo.Stage, string, error) {
-	value, err := stage.State.Read()
-	if err == nil {
-		return stage, value, nil
-	}
-	if warnOnce(&m.badState, "unreadable copy of "+stage.ResourceVersion) {
-		c.warn(stage, ReasonInvalidState, "kargo-latch cannot read its cached copy of the %s annotation (%v); it reads the Stage from the API server instead, and writes over no record it cannot read. This is a bug in kargo-latch: please report it", StateAnnotation, err)
-		c.cfg.Metrics.InvalidInput.WithLabelValues(stage.Namespace, stage.Name, "state").Inc()
-	}
-	live, err := c.liveStage(ctx, key)
-	if live == nil || err != nil {
-		return nil, "", err
-	}
-	if value, err = live.State.Read(); err != nil {
-		return nil, "", err
-	}
-	return live, value, nil
-}
-
 // step reads the record and the Stage's status and steps the machine.
 func (c *Controller) step(stage *kargo.Stage, value string, m *memo, settings latch.Settings, pauses, held []*v1alpha1.StagePause, now time.Time) (latch.Result, latch.Observation) {
 	obs := c.observe(stage, m, pauses)
@@ -248,8 +222,8 @@ func (c *Controller) leftAlone(stage *kargo.Stage, value string, m *memo) bool {
 
 // priorRecord decodes the Stage's record. Garbage is reported once and
 // treated as no record: the machine starts over from the Stage's status,
-// and the store that writes the fresh record keeps the garbage beside it
-// (see store).
+// and the store that writes the fresh record keeps the garbage, or its
+// beginning, beside it (see store and keptGarbage).
 func (c *Controller) priorRecord(stage *kargo.Stage, value string, m *memo) latch.Record {
 	if c.cfg.DryRun && m.dryRunRecord != nil {
 		return *m.dryRunRecord
@@ -257,12 +231,8 @@ func (c *Controller) priorRecord(stage *kargo.Stage, value string, m *memo) latc
 	r, err := latch.Decode(value)
 	if err != nil {
 		if warnOnce(&m.badState, value) {
-			kept := "the fresh record's first write moves it to"
-			if c.cfg.DryRun {
-				kept = "a run without --dry-run would move it to"
-			}
-			c.warn(stage, ReasonInvalidState, "Ignoring the %s annotation and starting over from the Stage's status (%v); %s the %s annotation, so that nothing of it is lost",
-				StateAnnotation, err, kept, kargo.InvalidStateAnnotation)
+			c.warn(stage, ReasonInvalidState, "Ignoring the %s annotation and starting over from the Stage's status (%v); %s",
+				StateAnnotation, err, c.garbageReport(value))
 			c.cfg.Metrics.InvalidInput.WithLabelValues(stage.Namespace, stage.Name, "state").Inc()
 		}
 		return latch.Record{}
@@ -285,13 +255,15 @@ func (c *Controller) store(ctx context.Context, stage *kargo.Stage, value string
 	annotations := map[string]any{}
 	labels := map[string]any{}
 	encoded := res.Record.Encode()
+	garbage := false
 	if encoded != value {
 		annotations[StateAnnotation] = encoded
 		if _, err := latch.Decode(value); err != nil {
-			// A garbage record (priorRecord) is replaced, never lost: a
+			// A garbage record (priorRecord) is not simply overwritten: a
 			// person may mend it from there. A newer version's record is
 			// never replaced (leftAlone).
-			annotations[kargo.InvalidStateAnnotation] = value
+			annotations[kargo.InvalidStateAnnotation], _ = keptGarbage(value)
+			garbage = true
 		}
 	}
 	wantPaused := len(res.Record.Pauses) > 0
@@ -311,6 +283,29 @@ func (c *Controller) store(ctx context.Context, stage *kargo.Stage, value string
 	if len(annotations) == 0 && len(labels) == 0 {
 		return nil, false, nil
 	}
+	// Until the cache shows this record, or whatever a failed write left,
+	// it may be behind the server.
+	m.writtenState, m.replacedVersion = digestOf(encoded), ""
+	stored, err = c.patchMetadata(ctx, stage, annotations, labels)
+	if err != nil && garbage && annotationsTooLong(err) {
+		stored, err = c.storeWithoutGarbage(ctx, stage, value, annotations, labels, err)
+	}
+	if err != nil {
+		return nil, false, fmt.Errorf("writing the Stage's latch record: %w", err)
+	}
+	if stored.ResourceVersion != stage.ResourceVersion {
+		// Only a write that moved the Stage on leaves its old version
+		// behind in the cache; a no-op one would name the current version.
+		m.replacedVersion = stage.ResourceVersion
+	}
+	klog.FromContext(ctx).V(2).Info("Stored latch record", "phase", res.Record.Phase, "pauses", res.Record.Pauses)
+	return stored, restored, nil
+}
+
+// patchMetadata writes annotations and labels (nil values remove keys) in
+// one merge patch of the Stage's metadata, conditional on the Stage's
+// resourceVersion.
+func (c *Controller) patchMetadata(ctx context.Context, stage *kargo.Stage, annotations, labels map[string]any) (*kargo.Stage, error) {
 	md := map[string]any{"resourceVersion": stage.ResourceVersion}
 	if len(annotations) > 0 {
 		md["annotations"] = annotations
@@ -320,23 +315,14 @@ func (c *Controller) store(ctx context.Context, stage *kargo.Stage, value string
 	}
 	patch, err := json.Marshal(map[string]any{"metadata": md})
 	if err != nil {
-		return nil, false, err
+		return nil, err
 	}
-	// Until the cache shows this record, or whatever a failed write left,
-	// it may be behind the server.
-	m.writtenState, m.replacedVersion = digestOf(encoded), ""
 	u, err := c.cfg.Dynamic.Resource(kargo.StagesResource).Namespace(stage.Namespace).
 		Patch(ctx, stage.Name, types.MergePatchType, patch, metav1.PatchOptions{FieldManager: FieldManager})
 	if err != nil {
-		return nil, false, fmt.Errorf("writing the Stage's latch record: %w", err)
+		return nil, err
 	}
-	if u.GetResourceVersion() != stage.ResourceVersion {
-		// Only a write that moved the Stage on leaves its old version
-		// behind in the cache; a no-op one would name the current version.
-		m.replacedVersion = stage.ResourceVersion
-	}
-	klog.FromContext(ctx).V(2).Info("Stored latch record", "phase", res.Record.Phase, "pauses", res.Record.Pauses)
-	return kargo.StageFromUnstructured(u), restored, nil
+	return kargo.StageFromUnstructured(u), nil
 }
 
 // checkStatus reports a Stage that still has no status once it is older

@@ -9,7 +9,6 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/tools/cache"
 
 	"github.com/kargo-latch/kargo-latch/kargo"
 	"github.com/kargo-latch/kargo-latch/latch"
@@ -99,19 +98,7 @@ func TestUnreadableCachedRecordIsNeverWrittenOver(t *testing.T) {
 		t.Fatalf("%d patches of a Stage whose record holds", n)
 	}
 
-	key := cache.NewObjectName("shop", "prod")
-	cached, ok, err := f.c.stageByKey(key)
-	if err != nil || !ok {
-		t.Fatalf("Stage not cached: %v", err)
-	}
-	unreadable := cached.DeepCopy()
-	unreadable.State = kargo.UnreadableForTest()
-	if err := f.c.stageInformersFor("shop")[0].GetIndexer().Update(unreadable); err != nil {
-		t.Fatal(err)
-	}
-	synced := f.syncs()
-	f.c.enqueue(key)
-	waitUntil(t, func() bool { return f.syncs() > synced })
+	f.syncUnreadableCopy("")
 	f.idle()
 	if n := f.patches.Load(); n != 0 {
 		t.Errorf("%d patches: the record was written over", n)

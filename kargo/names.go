@@ -16,8 +16,8 @@ var (
 const StateAnnotation = OwnPrefix + "state"
 
 // InvalidStateAnnotation keeps the newest value of StateAnnotation that was
-// no latch record (garbage), moved there by the write that replaced it with
-// a fresh record, so that nothing a person wrote or mangled is lost. The
+// no latch record (garbage), or its first 16 KiB, written by the write that
+// replaced it with a fresh record, so that a person may mend it. The
 // operator never reads it back, and its cache leaves it out.
 const InvalidStateAnnotation = OwnPrefix + "invalid-state"
 

@@ -76,12 +76,6 @@ func (p Packed) Value() string {
 	return v
 }
 
-// UnreadableForTest returns a present value that fails to inflate, as a
-// bug here would leave one, for tests of the code that reads records.
-func UnreadableForTest() Packed {
-	return Packed{data: "\xff not deflated", size: 64, deflated: true, present: true}
-}
-
 // Hash hashes the value as packed, for telling a change without inflating
 // it: equal values pack alike.
 func (p Packed) Hash(seed maphash.Seed) uint64 {

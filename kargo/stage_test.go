@@ -2,6 +2,9 @@ package kargo
 
 import (
 	"encoding/json"
+	"maps"
+	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -138,6 +141,31 @@ func TestAutoPromotion(t *testing.T) {
 		}
 		if got := p.AutoPromotion(); got != want {
 			t.Errorf("actor %q: AutoPromotion() = %v, want %v", actor, got, want)
+		}
+	}
+}
+
+// The mirror, both ways a Stage is read into it, leaves out a kept garbage
+// record (kargo-latch.io/invalid-state): nothing reads it, and it may run to
+// kilobytes on every Stage a person mangled. The other own keys stay.
+func TestMirrorLeavesOutTheKeptGarbage(t *testing.T) {
+	annotations, err := json.Marshal(map[string]string{
+		StateAnnotation:              latchedRecord(),
+		InvalidStateAnnotation:       `{"version":1,"phase":"Failed","note":"` + strings.Repeat("x", 16<<10),
+		OwnPrefix + "latch-deadline": "10m",
+		"example.com/foreign":        "x",
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	doc := strings.Replace(busyStage, `{"kargo-latch.io/latch-deadline": "10m", "kubectl.kubernetes.io/last-applied-configuration": "{}"}`, string(annotations), 1)
+	fromMaps, ok := viaMaps([]byte(doc))
+	if !ok {
+		t.Fatal("bad test document")
+	}
+	for how, s := range map[string]*Stage{"unstructured": StageFromUnstructured(mustUnstructured(t, doc)), "maps": fromMaps, "codec": viaDocs(t, []byte(doc))} {
+		if _, kept := s.Annotations[InvalidStateAnnotation]; kept || s.Annotations[OwnPrefix+"latch-deadline"] != "10m" || s.State.Value() != latchedRecord() {
+			t.Errorf("%s: annotations %v, record read %v; want the latch deadline alone, the record read", how, slices.Sorted(maps.Keys(s.Annotations)), s.State.Value() == latchedRecord())
 		}
 	}
 }

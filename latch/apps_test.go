@@ -13,12 +13,15 @@ func app(name, health string) App {
 	return App{Name: name, Namespace: "argocd", Health: health, Sync: "Synced"}
 }
 
-// flapping is what Kargo shows after p1 with two Apps: the aggregate is
-// Progressing whenever either App is.
+// flapping is what Kargo shows after p1 with two Apps, updated by one
+// argocd-update step: the last promotion left one health check, whose one
+// output entry lists both Apps, and the aggregate is Progressing whenever
+// either App is.
 func flapping(a, b string) Observation {
 	return with(stageAfterP1(HealthProgressing), func(o *Observation) {
 		o.Stage, o.FreightNames = "test", []string{"f-p1"}
 		o.Apps = []App{app("a", a), app("b", b)}
+		o.HealthChecks, o.HealthOutputs = 1, 1
 	})
 }
 
@@ -98,6 +101,15 @@ func TestPerAppLatchRules(t *testing.T) {
 		},
 		"every health check wrote its output: latch by Applications": {
 			obs: with(flapping("Healthy", "Healthy"), func(o *Observation) { o.HealthChecks, o.HealthOutputs = 2, 2 }), wantApps: []string{"argocd/a", "argocd/b"}, wantLatched: true,
+		},
+		"Apps listed but no health checks recorded (a Kargo that does not record them): only the aggregate rule": {
+			obs: with(flapping("Healthy", "Healthy"), func(o *Observation) { o.HealthChecks, o.HealthOutputs = 0, 1 }),
+		},
+		"more output entries than health checks: only the aggregate rule": {
+			obs: with(flapping("Healthy", "Healthy"), func(o *Observation) { o.HealthChecks, o.HealthOutputs = 2, 3 }),
+		},
+		"no health checks recorded does not hold back the aggregate rule": {
+			obs: with(flapping("Healthy", "Healthy"), func(o *Observation) { o.HealthChecks, o.HealthOutputs, o.Health = 0, 1, HealthHealthy }), wantLatched: true,
 		},
 		"a health check without output does not hold back the aggregate rule": {
 			obs: with(flapping("Healthy", "Healthy"), func(o *Observation) { o.HealthChecks, o.HealthOutputs, o.Health = 2, 1, HealthHealthy }), wantLatched: true,

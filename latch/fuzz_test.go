@@ -47,6 +47,11 @@ func observationsFrom(data []byte) (Settings, []Observation, []time.Duration) {
 			// cycle can see Apps come and go.
 			o.Apps = append(o.Apps, App{Name: fmt.Sprint("app", i, "-", p%3), Namespace: "argocd", Health: appHealths[int(a>>(2*i))%4], Sync: sync})
 		}
+		if len(o.Apps) > 0 {
+			// One output entry, of one health check or, now and then, of
+			// two (the other returned no output: the Apps do not count).
+			o.HealthChecks, o.HealthOutputs = 1+int(f>>4&1), 1
+		}
 		if v&0x80 != 0 {
 			o.Pauses = []string{"pause-" + fmt.Sprint(v%3)}
 		}

@@ -124,7 +124,8 @@ type Observation struct {
 	// output has. Kargo writes an entry only for a check that returned
 	// output, so fewer entries than checks mean that Apps is not all that
 	// Kargo checks: a check without output may be what keeps the Stage
-	// Progressing, and only the aggregate health counts.
+	// Progressing, and only the aggregate health counts. So it does unless
+	// both are equal and not zero (appsJudged).
 	HealthChecks, HealthOutputs int
 	// MayMark lets the machine ask to mark Freight verified. The operator
 	// sets it only for a view it has just read from the API server (the

@@ -218,14 +218,17 @@ func (m *machine) recover(msg string) {
 // appsJudged reports whether this observation may count Applications as
 // Healthy: health is judged, and Kargo's aggregate is Healthy or merely
 // Progressing. An aggregate Unhealthy or Unknown means Kargo found something
-// wrong (a wrong revision, say) that an App's own status may not show. Every
-// health check must have reported its output: the Apps listed are then all
-// that Kargo checks.
+// wrong (a wrong revision, say) that an App's own status may not show. The
+// output must have exactly one entry per health check the last promotion
+// left: the Apps listed are then all that Kargo checks. No recorded checks
+// (a Kargo that does not record them, or a Stage status written by hand)
+// and more entries than checks both leave that unknown, so they fail
+// closed: only the aggregate rule applies.
 func (m *machine) appsJudged() bool {
 	h := m.obs.Health
 	return m.healthJudged() && (h == HealthHealthy || h == HealthProgressing) &&
 		len(m.obs.Apps) > 0 && len(m.obs.Apps) <= MaxApps &&
-		m.obs.HealthOutputs >= m.obs.HealthChecks
+		m.obs.HealthChecks > 0 && m.obs.HealthOutputs == m.obs.HealthChecks
 }
 
 // trackApps records in seen each Application seen Healthy and Synced, with

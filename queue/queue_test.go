@@ -3,12 +3,14 @@ package queue
 import (
 	"context"
 	"errors"
+	"slices"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/util/workqueue"
 	"k8s.io/utils/clock"
 
 	"github.com/kargo-latch/kargo-latch/metrics"
@@ -55,10 +57,12 @@ func waitFor(t *testing.T, ch chan cache.ObjectName, want cache.ObjectName) {
 // count as idle: longer than the backoff of the retries these tests make.
 const idleMoment = 300 * time.Millisecond
 
-// idle waits until the queue whose metrics reg holds has nothing queued or
-// being worked on, its adds and finished work unchanged for idleMoment (as
-// the e2e suite's waitIdle): whatever the worker queued again is then done.
-func idle(t *testing.T, reg *prometheus.Registry) {
+// idle waits until queue q, whose metrics reg holds, has nothing queued or
+// being worked on, and none of keys waits for a retry (AddRateLimited: a
+// key is not in the metrics while its backoff runs), its adds and finished
+// work unchanged for idleMoment (as the e2e suite's waitIdle): whatever the
+// worker queued again is then done.
+func idle(t *testing.T, reg *prometheus.Registry, q Queue, keys ...cache.ObjectName) {
 	t.Helper()
 	read := func() (in, out float64) {
 		mfs, err := reg.Gather()
@@ -80,7 +84,7 @@ func idle(t *testing.T, reg *prometheus.Registry) {
 	lastIn, lastOut, since := -1.0, -1.0, time.Now()
 	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
 		in, out := read()
-		if in != out || in != lastIn || out != lastOut {
+		if in != out || in != lastIn || out != lastOut || slices.ContainsFunc(keys, func(k cache.ObjectName) bool { return q.NumRequeues(k) > 0 }) {
 			lastIn, lastOut, since = in, out, time.Now()
 			continue
 		}
@@ -113,7 +117,7 @@ func TestRetriesThenDrops(t *testing.T) {
 	waitFor(t, rec.done, key)
 	// A fifth attempt, were the cap broken, would be queued before the
 	// queue is idle.
-	idle(t, reg)
+	idle(t, reg, w.Queue, key)
 	if n := rec.count(key) - 1; n != 4 {
 		t.Errorf("sync ran %d times, want 1 + 3 retries", n)
 	}
@@ -126,6 +130,35 @@ func TestRetriesThenDrops(t *testing.T) {
 		if dropped := errors.Is(err, ErrDropped); dropped != (i == 3) {
 			t.Errorf("error %d (%v) is ErrDropped: %v; only the last, the drop's, is", i+1, err, dropped)
 		}
+	}
+}
+
+// idle waits for a retry whose backoff outlasts idleMoment: the queue's
+// metrics show nothing of it while it waits, and an idle that read only
+// them returned before the retry.
+func TestIdleWaitsForARetry(t *testing.T) {
+	rec := newRecorder()
+	key := cache.NewObjectName("ns", "slow")
+	reg := prometheus.NewRegistry()
+	backoff := 2 * idleMoment
+	w := &Worker{
+		Queue: workqueue.NewTypedRateLimitingQueueWithConfig(workqueue.NewTypedItemExponentialFailureRateLimiter[cache.ObjectName](backoff, backoff),
+			workqueue.TypedRateLimitingQueueConfig[cache.ObjectName]{Name: "slow", MetricsProvider: metrics.NewWorkqueueProvider(reg)}),
+		MaxRetries: 3,
+		Sync: func(_ context.Context, k cache.ObjectName) (time.Duration, error) {
+			if rec.count(k) == 1 {
+				rec.done <- k
+				return 0, errors.New("boom")
+			}
+			return 0, nil
+		},
+	}
+	runWorker(t, w)
+	w.Queue.Add(key)
+	waitFor(t, rec.done, key)
+	idle(t, reg, w.Queue, key)
+	if n := rec.count(key) - 1; n != 2 {
+		t.Errorf("idle after %d syncs, want 2 (a failure, its retry)", n)
 	}
 }
 

@@ -3,6 +3,10 @@ package driver
 import (
 	"context"
 	"fmt"
+	"maps"
+	"slices"
+
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 )
 
 // App is one Argo CD Application of a Stage, as Kargo's argocd-update
@@ -32,11 +36,57 @@ func AppsHealth(aggregate string, apps ...App) map[string]any {
 // does for a Stage whose last promotion left several health checks (see
 // WithHealthChecks): the aggregate status, one issue per App that is not
 // Healthy, and in status.health.output one entry per check that returned
-// output, each listing the Apps it checked. A check that returned no output
-// gets no entry, although it counts in the aggregate (kargo-api-facts.md
-// §11.7): give fewer outputs than the Stage has health checks.
-func (s *Stage) SetChecksHealth(ctx context.Context, aggregate string, outputs ...[]App) error {
+// output, listing the Apps the check names (CheckedApps), in its order. A
+// check returns output here when apps gives every App it names, and none
+// when apps gives none of them: it then gets no entry, although it counts in
+// the aggregate (kargo-api-facts.md §11.7). An App of no check, or a check
+// given only some of its Apps, is an error: Kargo cannot write that.
+func (s *Stage) SetChecksHealth(ctx context.Context, aggregate string, apps ...App) error {
+	byName := make(map[string]App, len(apps))
+	for _, a := range apps {
+		byName[a.Name] = a
+	}
+	var outputs [][]App
+	for i, names := range s.CheckedApps() {
+		var output []App
+		for _, name := range names {
+			if a, ok := byName[name]; ok {
+				output = append(output, a)
+				delete(byName, name)
+			}
+		}
+		switch len(output) {
+		case 0:
+		case len(names):
+			outputs = append(outputs, output)
+		default:
+			return fmt.Errorf("stage %s/%s: health check %d names Apps %v, given only %d of them", s.Namespace, s.Name, i+1, names, len(output))
+		}
+	}
+	if len(byName) > 0 {
+		return fmt.Errorf("stage %s/%s: Apps %v are in none of its health checks %v", s.Namespace, s.Name, slices.Sorted(maps.Keys(byName)), s.CheckedApps())
+	}
 	return s.patchStatus(ctx, map[string]any{"health": ChecksHealth(aggregate, outputs...)})
+}
+
+// CheckedApps names the Apps of each health check a successful Promotion of
+// the Stage leaves (lastPromotion.status.healthChecks), in order: one check
+// per argocd-update step, naming the step's Apps.
+func (s *Stage) CheckedApps() [][]string {
+	checked := make([][]string, 0, len(s.healthChecks))
+	for _, check := range s.healthChecks {
+		check, _ := check.(map[string]any)
+		apps, _, _ := unstructured.NestedSlice(check, "config", "apps")
+		names := make([]string, 0, len(apps))
+		for _, a := range apps {
+			a, _ := a.(map[string]any)
+			if name, _, _ := unstructured.NestedString(a, "name"); name != "" {
+				names = append(names, name)
+			}
+		}
+		checked = append(checked, names)
+	}
+	return checked
 }
 
 // ChecksHealth is the status.health value SetChecksHealth writes.

@@ -14,10 +14,10 @@ import (
 const BusyApps = 40
 
 // WriteBusyStatus writes the status of a Stage that has been in service for
-// a while, as Kargo keeps it: a Succeeded lastPromotion, 10 freightHistory
-// entries with 10 verification records each, and the argocd-update health
-// output of BusyApps Applications in Kargo's exact shape, about 64 KB of JSON
-// in all. health is the Stage's and every App's current health. The current
+// a while, as Kargo keeps it: a Succeeded lastPromotion (with the health
+// check it left), 10 freightHistory entries with 10 verification records
+// each, and the argocd-update health output of BusyApps Applications in
+// Kargo's exact shape, about 64 KB of JSON in all. health is the Stage's and every App's current health. The current
 // Freight exists, as a Warehouse made it, and is verified in the Stage, as
 // Kargo marks it once a Healthy pass has seen its verification succeed.
 func (s *Stage) WriteBusyStatus(ctx context.Context, health string) error {
@@ -64,7 +64,10 @@ func (s *Stage) WriteBusyStatus(ctx context.Context, health string) error {
 	return s.patchStatus(ctx, map[string]any{
 		"lastPromotion": map[string]any{
 			"name": name, "freight": s.freightRef(newest), "finishedAt": finished,
-			"status": map[string]any{"phase": "Succeeded", "finishedAt": finished, "freight": s.freightRef(newest)},
+			"status": map[string]any{"phase": "Succeeded", "finishedAt": finished, "freight": s.freightRef(newest),
+				// The one health check its argocd-update step left, whose
+				// output lists the BusyApps Apps (terminalPromotionStatus).
+				"healthChecks": []any{map[string]any{"uses": "argocd-update", "config": s.argoCDHealthInput(newest)}}},
 		},
 		"freightHistory": history,
 		"health":         h,

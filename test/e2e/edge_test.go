@@ -240,3 +240,75 @@ func TestGarbageRecordIsKept(t *testing.T) {
 		t.Errorf("kargo_latch_invalid_input_total{input=\"state\"} = %v, want 1", n)
 	}
 }
+
+// annotationLimit is the API server's limit on an object's annotations,
+// keys and values together (apimachinery's TotalAnnotationSizeLimitB).
+const annotationLimit = 256 << 10
+
+// TestGarbageRecordKeptWithinTheAnnotationLimit: on the real API server and
+// its real limit, a garbage record of 255.8 KiB is kept in part (at most 16
+// KiB, its length and hash in a first line), so that the fresh record is
+// stored; kept whole, every store would be refused (422). A garbage record
+// on a Stage whose other annotations leave no room for it at all is
+// dropped: the API server's refusal is told from any other, the fresh
+// record is stored without it, and a Warning says so.
+func TestGarbageRecordKeptWithinTheAnnotationLimit(t *testing.T) {
+	t.Parallel()
+	ns := env.newProject(t)
+	op := startOperator(t, ns, fastSettings())
+	large, full := env.createStage(t, ns, "large", nil), env.createStage(t, ns, "full", nil)
+	promoteAndLatch(t, large)
+	promoteAndLatch(t, full)
+	op.idle(t)
+
+	// Each person's edit leaves the Stage's annotations within the limit,
+	// the second exactly at it.
+	largeGarbage := `{"version":1,"phase":"Failed","note":"` + strings.Repeat("x", annotationLimit-len(controller.StateAnnotation)-300)
+	fullGarbage := `{"version":1,"phase":"Failed","note":"` + strings.Repeat("x", 4000)
+	const blobKey = "example.com/blob"
+	blob := strings.Repeat("x", annotationLimit-len(controller.StateAnnotation)-len(fullGarbage)-len(blobKey))
+	for s, annotations := range map[string]map[string]string{
+		large.Name: {controller.StateAnnotation: largeGarbage},
+		full.Name:  {controller.StateAnnotation: fullGarbage, blobKey: blob},
+	} {
+		patch, err := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": annotations}})
+		must(t, err)
+		_, err = env.dyn.Resource(kargo.StagesResource).Namespace(ns).Patch(ctx, s, types.MergePatchType, patch, metav1.PatchOptions{})
+		must(t, err)
+	}
+	for _, s := range []*driver.Stage{large, full} {
+		waitFor(t, "a fresh record on "+s.Name, func() bool {
+			u, err := s.Get(ctx)
+			must(t, err)
+			r, err := latch.Decode(u.GetAnnotations()[controller.StateAnnotation])
+			return err == nil && r.Phase == latch.PhaseLatched
+		})
+	}
+	op.idle(t)
+
+	u, err := large.Get(ctx)
+	must(t, err)
+	kept := u.GetAnnotations()[kargo.InvalidStateAnnotation]
+	header, prefix, _ := strings.Cut(kept, "\n")
+	if len(kept) > 16<<10 || !strings.HasPrefix(largeGarbage, prefix) || !strings.Contains(header, fmt.Sprintf(" of %d bytes, sha256 ", len(largeGarbage))) {
+		t.Errorf("%s keeps %d bytes, first line %q; want at most 16 KiB: a line naming the %d bytes, then their beginning", kargo.InvalidStateAnnotation, len(kept), header, len(largeGarbage))
+	}
+
+	u, err = full.Get(ctx)
+	must(t, err)
+	if _, ok := u.GetAnnotations()[kargo.InvalidStateAnnotation]; ok || u.GetAnnotations()[blobKey] != blob {
+		t.Errorf("%s on a full Stage: %s present %v, the other annotation kept %v; want absent, kept", full.Name, kargo.InvalidStateAnnotation, ok, u.GetAnnotations()[blobKey] == blob)
+	}
+	var dropped bool
+	for _, ev := range env.stageEvents(t, full)[controller.ReasonInvalidState] {
+		dropped = dropped || strings.Contains(ev.Message, "could not be kept") && strings.Contains(ev.Message, "262144 bytes")
+	}
+	if !dropped {
+		t.Errorf("no InvalidState Warning on %s saying the garbage could not be kept, quoting the API server's limit", full.Name)
+	}
+	for _, s := range []*driver.Stage{large, full} {
+		if n := op.metric("kargo_latch_invalid_input_total", "stage", s.Name, "input", "state"); n != 1 {
+			t.Errorf("%s: kargo_latch_invalid_input_total{input=\"state\"} = %v, want 1", s.Name, n)
+		}
+	}
+}
