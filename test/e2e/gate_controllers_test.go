@@ -135,16 +135,24 @@ func TestGateRefusesEveryKargoController(t *testing.T) {
 
 // TestGatePeopleExemptsOnlyKargoAutoPromotions: with the opt-in people gate
 // and the setting widened to the shards' users, the people gate leaves the
-// shard's auto-promotion to the pause gate, which refuses it; but a
-// Promotion from the shard's user that names a person as create-actor (no
-// auto-promotion, so the pause gate lets it pass) is held to the people's
-// check as the person's is: neither may update the ProjectConfig.
+// shard's auto-promotion to the pause gate; but a Promotion from the shard's
+// user that names a person as create-actor (no auto-promotion, so the pause
+// gate lets it pass) is held to the people's check as the person's is:
+// neither may update the ProjectConfig. This install's own pause gate is
+// left out, so that the people gate is the only policy here that could
+// refuse the shard (the shipped gate does not name it).
 func TestGatePeopleExemptsOnlyKargoAutoPromotions(t *testing.T) {
 	t.Parallel()
 	tag := randomTag()
 	prefix := "e2e-" + tag + "-"
-	isolatePolicies(t, tag, widenedInstall(t, prefix, "system:serviceaccount:kargo:kargo-controller", "kargo-shard-(eu|us)", "gate-people"))
-	gate, people := prefix+"kargo-latch-pause-gate", prefix+"kargo-latch-pause-gate-people"
+	var policies []*unstructured.Unstructured
+	for _, o := range widenedInstall(t, prefix, "system:serviceaccount:kargo:kargo-controller", "kargo-shard-(eu|us)", "gate-people") {
+		if !strings.HasSuffix(o.GetName(), "kargo-latch-pause-gate") {
+			policies = append(policies, o)
+		}
+	}
+	isolatePolicies(t, tag, policies)
+	people := prefix + "kargo-latch-pause-gate-people"
 	ns := env.newProject(t)
 	isolateNamespace(t, ns, tag)
 	env.createStage(t, ns, "prod", nil)
@@ -156,11 +164,8 @@ func TestGatePeopleExemptsOnlyKargoAutoPromotions(t *testing.T) {
 	if _, err := driver.CreatePromotion(ctx, env.kargoShard, ns, "prod", "kubernetes:dev"); !deniedBy(err, people) {
 		t.Errorf("the shard's Promotion naming a person, to the paused Stage: %v, want refused by %s (only auto-promotions are exempt)", err, people)
 	}
-	for user, as := range map[string]dynamic.Interface{kargoShardUser: env.kargoShard, "Kargo's controller": env.kargoCtl} {
-		_, err := driver.CreatePromotion(ctx, as, ns, "prod", "")
-		if !deniedBy(err, gate) || deniedBy(err, people) {
-			t.Errorf("%s's auto-promotion to the paused Stage: %v, want refused by %s alone", user, err, gate)
-		}
+	if _, err := driver.CreatePromotion(ctx, env.kargoShard, ns, "prod", ""); err != nil {
+		t.Errorf("the shard's auto-promotion to the paused Stage, with no pause gate of this install: %v, want the people gate to leave it to the pause gate", err)
 	}
 }
 
