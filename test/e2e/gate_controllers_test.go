@@ -84,7 +84,7 @@ func TestGateRefusesEveryKargoController(t *testing.T) {
 	env.createStage(t, ns, "prod", nil)
 	env.createStage(t, ns, "dev", nil)
 	must(t, createPause(env.dev, pause(ns, "hold", "prod", "Manual")))
-	waitRefusedBy(t, kargoShardToken, ns, "prod", gate)
+	waitRefusedBy(t, env.cluster.UserConfig(kargoShardToken), ns, "prod", gate)
 
 	for user, as := range map[string]dynamic.Interface{kargoCtlUser: kargoCtl, kargoShardUser: env.kargoShard} {
 		_, err := driver.CreatePromotion(ctx, as, ns, "prod", "")
@@ -174,18 +174,23 @@ func TestGatePeopleExemptsOnlyKargoAutoPromotions(t *testing.T) {
 // controlplaneUserRegex would take to match kargo-shard-eu), the user
 // kargo-shard-eu is none of Kargo's controllers: the pause gate lets its
 // auto-promotion pass, and the people gate checks it as anyone's, and
-// refuses it (it may not update the ProjectConfig).
+// refuses it (it may not update the ProjectConfig). The setting's username
+// is a Kargo controller of the project's namespace, which only this
+// install's gate refuses, so that its refusal shows the gate in force.
 func TestKargoControllersRegexIsMatchedWhole(t *testing.T) {
 	t.Parallel()
 	tag := randomTag()
 	prefix := "e2e-" + tag + "-"
-	isolatePolicies(t, tag, widenedInstall(t, prefix, "system:serviceaccount:kargo:kargo-controller", "kargo-shard", "gate-people"))
-	gate, people := prefix+"kargo-latch-pause-gate", prefix+"kargo-latch-pause-gate-people"
 	ns := env.newProject(t)
+	otherKargoController(t, ns)
+	isolatePolicies(t, tag, widenedInstall(t, prefix, "system:serviceaccount:"+ns+":kargo-controller", "kargo-shard", "gate-people"))
+	gate, people := prefix+"kargo-latch-pause-gate", prefix+"kargo-latch-pause-gate-people"
 	isolateNamespace(t, ns, tag)
 	env.createStage(t, ns, "prod", nil)
 	must(t, createPause(env.dev, pause(ns, "hold", "prod", "Manual")))
-	waitRefusedBy(t, kargoCtlToken, ns, "prod", gate)
+	kargoCtl, err := env.cluster.ServiceAccountConfig(ctx, ns, "kargo-controller")
+	must(t, err)
+	waitRefusedBy(t, kargoCtl, ns, "prod", gate)
 	waitFor(t, "the people gate to refuse dev", func() bool {
 		_, err := driver.CreatePromotion(ctx, dryRunAs(env.cluster.UserConfig(devToken)), ns, "prod", "kubernetes:dev")
 		return deniedBy(err, people)

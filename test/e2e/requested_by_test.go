@@ -55,20 +55,21 @@ func dryRunAs(cfg *rest.Config) dynamic.Interface {
 	return dynamic.NewForConfigOrDie(cfg)
 }
 
-// waitRefusedBy waits until an auto-promotion by the user of token to the
-// paused stage, tried as a dry run, is refused with 403 by policy (any
-// policy, when empty). Until the API server knows the pause, it passes;
-// and in the requester mark's 503 window it is refused with 503 instead.
-// Any other answer fails the test.
-func waitRefusedBy(t *testing.T, token, ns, stage, policy string) {
+// waitRefusedBy waits until an auto-promotion by cfg's user to the paused
+// stage, tried as a dry run, is refused with 403 by policy. Until the API
+// server knows the pause (and the policy), it passes; and in the requester
+// mark's 503 window it is refused with 503 instead. Any other answer fails
+// the test. (Where two policies refuse it, the API server names one of
+// them, either: wait for a policy with a user only it refuses.)
+func waitRefusedBy(t *testing.T, cfg *rest.Config, ns, stage, policy string) {
 	t.Helper()
-	as := dryRunAs(env.cluster.UserConfig(token))
+	as := dryRunAs(cfg)
 	waitFor(t, "an auto-promotion to the paused Stage "+ns+"/"+stage+" to be refused with 403", func() bool {
 		_, err := driver.CreatePromotion(ctx, as, ns, stage, "")
 		if err != nil && !apierrors.IsForbidden(err) && !apierrors.IsServiceUnavailable(err) {
 			t.Fatalf("an auto-promotion to the paused Stage %s/%s: %v", ns, stage, err)
 		}
-		return apierrors.IsForbidden(err) && (policy == "" || deniedBy(err, policy))
+		return deniedBy(err, policy)
 	})
 }
 
@@ -130,7 +131,7 @@ func TestRequestedByMarksEveryPromotionUnderAPause(t *testing.T) {
 	env.createStage(t, ns, "dev", nil)
 	must(t, createPause(env.dev, pause(ns, "hold", "prod", "Manual")))
 	// The shipped gate refuses Kargo's controller with 403, not 503.
-	waitRefusedBy(t, kargoCtlToken, ns, "prod", "kargo-latch-pause-gate")
+	waitRefusedBy(t, env.cluster.UserConfig(kargoCtlToken), ns, "prod", "kargo-latch-pause-gate")
 	waitMarked(t, ns, "prod")
 
 	check := func(what string, o *unstructured.Unstructured, err error, want string) {
@@ -178,7 +179,7 @@ func TestRequestedByCannotBeChanged(t *testing.T) {
 	env.createStage(t, ns, "prod", nil)
 	env.createStage(t, ns, "dev", nil)
 	must(t, createPause(env.dev, pause(ns, "hold", "prod", "Manual")))
-	waitRefusedBy(t, kargoCtlToken, ns, "prod", "kargo-latch-pause-gate")
+	waitRefusedBy(t, env.cluster.UserConfig(kargoCtlToken), ns, "prod", "kargo-latch-pause-gate")
 	waitMarked(t, ns, "prod")
 
 	marked, err := driver.CreatePromotion(ctx, env.dev, ns, "prod", "kubernetes:dev")
