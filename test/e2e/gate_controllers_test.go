@@ -113,7 +113,7 @@ func TestGateRefusesEveryKargoController(t *testing.T) {
 	op := startOperator(t, other, latch.Settings{LatchDeadline: time.Minute, DegradedGrace: time.Minute})
 	prod := env.createStage(t, other, "prod", nil)
 	pauseInForce(t, prod, "hold")
-	waitMarked(t, other, "prod")
+	waitMarked(t, other)
 	if _, err := driver.CreatePromotionRequest(ctx, env.kargoCtl, other, "prod"); !apierrors.IsForbidden(err) {
 		t.Errorf("Kargo's default controller creating a PromotionRequest for the paused Stage under the shipped gate: %v, want refused", err)
 	}

@@ -106,7 +106,7 @@ func TestGateBypassedIsReported(t *testing.T) {
 	queued, err := driver.CreatePromotion(ctx, env.kargoCtl, ns, "prod", "")
 	must(t, err)
 	pauseInForce(t, prod, "hold")
-	waitMarked(t, ns, "prod")
+	waitMarked(t, ns)
 	waitFor(t, "the queued auto-promotion to be drained", func() bool {
 		p, err := env.dyn.Resource(kargo.PromotionsResource).Namespace(ns).Get(ctx, queued.GetName(), metav1.GetOptions{})
 		must(t, err)

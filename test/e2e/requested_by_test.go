@@ -74,19 +74,19 @@ func waitRefusedBy(t *testing.T, cfg *rest.Config, ns, stage, policy string) {
 }
 
 // waitMarked waits until the requester mark works in ns: a person's
-// Promotion to stage, which a pause covers, in the shape kubectl sends it
-// (no create-actor), tried as a dry run, comes back marked with the
-// person's username. Until the API server has loaded the policy, it comes
-// back unmarked; until it has loaded the schema of Promotions, it is
+// Promotion to the Stage prod, which a pause covers, in the shape kubectl
+// sends it (no create-actor), tried as a dry run, comes back marked with
+// the person's username. Until the API server has loaded the policy, it
+// comes back unmarked; until it has loaded the schema of Promotions, it is
 // refused with 503 (the mark's window). So this proves that the mark marks
 // in ns, before a test looks for a Promotion it does not mark.
-func waitMarked(t *testing.T, ns, stage string) {
+func waitMarked(t *testing.T, ns string) {
 	t.Helper()
 	dev := dryRunAs(env.cluster.UserConfig(devToken))
-	waitFor(t, "the requester mark to mark a Promotion to the paused Stage "+ns+"/"+stage, func() bool {
-		p, err := driver.CreatePromotion(ctx, dev, ns, stage, "")
+	waitFor(t, "the requester mark to mark a Promotion to the paused Stage "+ns+"/prod", func() bool {
+		p, err := driver.CreatePromotion(ctx, dev, ns, "prod", "")
 		if err != nil && !apierrors.IsServiceUnavailable(err) {
-			t.Fatalf("a person's Promotion to the paused Stage %s/%s: %v", ns, stage, err)
+			t.Fatalf("a person's Promotion to the paused Stage %s/prod: %v", ns, err)
 		}
 		return err == nil && p.GetAnnotations()[controller.RequestedByAnnotation] == "dev"
 	})
@@ -132,7 +132,7 @@ func TestRequestedByMarksEveryPromotionUnderAPause(t *testing.T) {
 	must(t, createPause(env.dev, pause(ns, "hold", "prod", "Manual")))
 	// The shipped gate refuses Kargo's controller with 403, not 503.
 	waitRefusedBy(t, env.cluster.UserConfig(kargoCtlToken), ns, "prod", "kargo-latch-pause-gate")
-	waitMarked(t, ns, "prod")
+	waitMarked(t, ns)
 
 	check := func(what string, o *unstructured.Unstructured, err error, want string) {
 		t.Helper()
@@ -180,7 +180,7 @@ func TestRequestedByCannotBeChanged(t *testing.T) {
 	env.createStage(t, ns, "dev", nil)
 	must(t, createPause(env.dev, pause(ns, "hold", "prod", "Manual")))
 	waitRefusedBy(t, env.cluster.UserConfig(kargoCtlToken), ns, "prod", "kargo-latch-pause-gate")
-	waitMarked(t, ns, "prod")
+	waitMarked(t, ns)
 
 	marked, err := driver.CreatePromotion(ctx, env.dev, ns, "prod", "kubernetes:dev")
 	must(t, err)
