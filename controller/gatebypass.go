@@ -35,9 +35,12 @@ const ReasonGateBypassed = "GateBypassed"
 // when it was created, and says so once per Promotion: a Warning
 // GateBypassed on the Stage and kargo_latch_gate_bypassed_total{project,stage}.
 // The Warning names the username that created the Promotion, which the
-// MutatingAdmissionPolicy kargo-latch-requested-by (manifests/components/
-// requested-by) stamps on an auto-promotion made under a pause
-// (RequestedByAnnotation), and the setting to widen.
+// opt-in MutatingAdmissionPolicy of manifests/components/requested-by (the
+// chart's pauseGate.requestedBy.enabled) stamps on every Promotion made
+// under a pause, overwriting any value its creator gave, and which its guard
+// keeps anyone from changing later (RequestedByAnnotation); and the setting
+// to widen. Without that component the Warning says the username is unknown
+// and how to turn the mark on.
 //
 // Once per Promotion, also across restarts and replicas: the Event's name
 // derives from the Promotion's UID and is written directly (as eventOnce
@@ -61,9 +64,14 @@ const ReasonGateBypassed = "GateBypassed"
 // The counter counts on the replica whose Create made the Event, so a sum
 // over replicas counts each bypass once.
 
-// RequestedByAnnotation is on an auto-promotion created while a pause
-// covered its Stage: the username that created it, stamped by the API
-// server (the MutatingAdmissionPolicy kargo-latch-requested-by).
+// RequestedByAnnotation is on every Promotion (and PromotionRequest)
+// created while a pause covered its Stage, with the username that created
+// it, where the opt-in requested-by component is installed: the API server
+// stamps it (the MutatingAdmissionPolicy kargo-latch-requested-by),
+// overwriting any value the creator gave, and refuses any later change.
+// The operator trusts it only on a Promotion it judges created under a
+// pause, the only ones the policy covers; on one made where the component
+// is not installed, a value could be anyone's.
 const RequestedByAnnotation = "kargo-latch.io/requested-by"
 
 // bypassHorizon bounds the age of the Promotions judged: below the default
@@ -308,10 +316,13 @@ func (c *Controller) reportGateBypass(ctx context.Context, p *kargo.Promotion, p
 }
 
 // gateBypassMessage says which Promotion passed the gate under which pauses,
-// who created it (the username the API server stamped, when it did), and
-// which setting to widen: the one that names Kargo's controllers. Names
-// are shortened so that the advice fits in an Event's message (the Event's
-// related object names the Promotion in full).
+// who created it (the username the API server stamped, when it did; else
+// how to have it stamped), which setting to widen, and what else to check.
+// The operator does not know the gate's setting, nor the names the policies
+// were installed under (a Helm release or a kustomize namePrefix renames
+// them), so the advice covers both cases and names the default install's
+// policy as that. Names are shortened so that the advice always fits in an
+// Event's message (the Event's related object names the Promotion in full).
 func gateBypassMessage(p *kargo.Promotion, pauses []*v1alpha1.StagePause) string {
 	const shown = 3 // a project-wide pause and a Stage's own, and then some
 	var names []string
@@ -321,18 +332,24 @@ func gateBypassMessage(p *kargo.Promotion, pauses []*v1alpha1.StagePause) string
 	if len(pauses) > shown {
 		names = append(names, fmt.Sprintf("and %d more", len(pauses)-shown))
 	}
-	who, advice := "an unknown user (it carries no "+RequestedByAnnotation+
-		", which the MutatingAdmissionPolicy kargo-latch-requested-by stamps on Kubernetes 1.36+ where it is installed)",
+	who, advice := "an unknown user (no "+RequestedByAnnotation+": turn on the requester mark, "+
+		"Helm pauseGate.requestedBy.enabled or kustomize components/requested-by, Kubernetes 1.36+)",
 		"if one of Kargo's controllers (a shard?) runs as an identity it does not name, add that username"
 	if user := p.Annotations[RequestedByAnnotation]; user != "" {
-		who, advice = user, "if that user is one of Kargo's (a shard?), add it"
+		who, advice = truncate(user, maxRequesterShown), "if that user is one of Kargo's (a shard?), add it"
 	}
-	return fmt.Sprintf("Auto-promotion %s, created at %s by %s, passed the pause gate (ValidatingAdmissionPolicy kargo-latch-pause-gate) "+
-		"although StagePause %s covered the Stage. The gate refuses only the identities its setting names as Kargo's controllers: "+
+	return fmt.Sprintf("Auto-promotion %s, created at %s by %s, passed the pause gate although StagePause %s covered the Stage. "+
+		"The gate refuses only those Kargo controllers its setting names: "+
 		"%s to the Helm values pauseGate.kargoControllers or pauseGate.kargoControllerRegex, "+
-		"or to the kustomize ConfigMap kargo-latch-kargo-controllers (usernames, regex); runbook KargoLatchGateBypassed",
-		truncate(p.Name, 100), p.CreationTimestamp.UTC().Format(time.RFC3339), who, truncate(strings.Join(names, ", "), 150), advice)
+		"or to the kustomize ConfigMap kargo-latch-kargo-controllers (usernames, regex). "+
+		"If it is named there already, check that the pause gate's ValidatingAdmissionPolicy and binding "+
+		"(kargo-latch-pause-gate in a default install) are installed. Runbook KargoLatchGateBypassed",
+		truncate(p.Name, 100), p.CreationTimestamp.UTC().Format(time.RFC3339), who, truncate(strings.Join(names, ", "), 120), advice)
 }
+
+// maxRequesterShown bounds the username a GateBypassed message shows, so
+// that the advice after it always fits (a longer one is cut, with "…").
+const maxRequesterShown = 160
 
 // gateBypassEventName derives the Event's name from the Promotion alone
 // (its UID: a Promotion deleted and made again under its name is another

@@ -259,9 +259,10 @@ func TestGateBypassWarnsOncePerPromotion(t *testing.T) {
 }
 
 // TestGateBypassMessage: the Warning names the Promotion, the pauses, who
-// created it and the setting to widen; without the API server's stamp, it
-// says the username is unknown and why. Many pauses, long names: it stays
-// within an Event's 1024 characters, the advice included.
+// created it, the setting to widen and what to check if the setting names it
+// already; without the API server's stamp, it says the username is unknown
+// and how to turn the stamp on. Many pauses, long names, a 900-character
+// username: it stays within an Event's 1024 characters, the advice whole.
 func TestGateBypassMessage(t *testing.T) {
 	at := time.Date(2026, 12, 1, 10, 0, 0, 0, time.UTC)
 	pause := func(name string) *v1alpha1.StagePause {
@@ -275,8 +276,11 @@ func TestGateBypassMessage(t *testing.T) {
 		}
 		return p
 	}
-	setting := []string{"pauseGate.kargoControllers", "pauseGate.kargoControllerRegex", "ConfigMap kargo-latch-kargo-controllers", "KargoLatchGateBypassed"}
+	advice := []string{"pauseGate.kargoControllers", "pauseGate.kargoControllerRegex", "ConfigMap kargo-latch-kargo-controllers",
+		"If it is named there already, check that the pause gate's ValidatingAdmissionPolicy and binding (kargo-latch-pause-gate in a default install) are installed.",
+		"Runbook KargoLatchGateBypassed"}
 	long := strings.Repeat("x", 240)
+	many := []*v1alpha1.StagePause{pause("a" + long), pause("b" + long), pause("c"), pause("d"), pause("e")}
 	for _, tc := range []struct {
 		name   string
 		p      *kargo.Promotion
@@ -286,18 +290,21 @@ func TestGateBypassMessage(t *testing.T) {
 		{"stamped", promo("prod.01j.abc", "kargo-shard-eu"), []*v1alpha1.StagePause{pause("hold")},
 			[]string{"Auto-promotion prod.01j.abc, created at 2026-12-01T10:00:00Z by kargo-shard-eu,", "StagePause hold (reason Manual)", "if that user is one of Kargo's (a shard?), add it to"}},
 		{"not stamped", promo("prod.01j.abc", ""), []*v1alpha1.StagePause{pause("hold")},
-			[]string{"by an unknown user", RequestedByAnnotation, "MutatingAdmissionPolicy kargo-latch-requested-by", "1.36", "add that username to"}},
+			[]string{"by an unknown user", "no " + RequestedByAnnotation, "turn on the requester mark", "pauseGate.requestedBy.enabled", "components/requested-by", "1.36", "add that username to"}},
 		{"many pauses", promo("prod.01j.abc", "kargo-shard-eu"), []*v1alpha1.StagePause{pause("a"), pause("b"), pause("c"), pause("d"), pause("e")},
 			[]string{"StagePause a (reason Manual), b (reason Manual), c (reason Manual), and 2 more covered"}},
-		{"many pauses, long names", promo("prod."+long, "system:serviceaccount:"+long[:150]), []*v1alpha1.StagePause{pause("a" + long), pause("b"), pause("c"), pause("d"), pause("e")},
-			[]string{"by system:serviceaccount:" + long[:150] + ","}},
+		{"many pauses, long names", promo("prod."+long, "system:serviceaccount:"+long[:100]), many,
+			[]string{"by system:serviceaccount:" + long[:100] + ","}},
+		{"a 900-character username", promo("prod."+long, strings.Repeat("u", 900)), many,
+			[]string{"by " + strings.Repeat("u", maxRequesterShown) + "…,"}},
+		{"not stamped, long names", promo("prod."+long, ""), many, []string{"by an unknown user"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			msg := gateBypassMessage(tc.p, tc.pauses)
 			if len(msg) > 1024 {
 				t.Errorf("message of %d characters, over an Event's 1024: %q", len(msg), msg)
 			}
-			for _, want := range append(tc.want, setting...) {
+			for _, want := range append(tc.want, advice...) {
 				if !strings.Contains(msg, want) {
 					t.Errorf("message %q does not say %q", msg, want)
 				}

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/client-go/dynamic"
 
@@ -59,9 +60,9 @@ func widenedInstall(t *testing.T, prefix, usernames, regex string, components ..
 // While a StagePause covers a Stage, its gate refuses the auto-promotions of
 // both, Promotions and PromotionRequests (target-aware Stages) alike, with
 // the pause's message; it lets a person's Promotion through, and both
-// controllers' auto-promotions to an unpaused Stage, which it marks with
-// nothing. Where the setting lacks the shard (the shipped default), the
-// shard's auto-promotion passes, carries its username
+// controllers' auto-promotions to an unpaused Stage. Where the setting lacks
+// the shard (the shipped default), the shard's auto-promotion passes; with
+// the opt-in requester mark, it carries the shard's username
 // (kargo-latch.io/requested-by, stamped by the API server), and the
 // operator's GateBypassed Warning names that username and the setting.
 func TestGateRefusesEveryKargoController(t *testing.T) {
@@ -77,16 +78,13 @@ func TestGateRefusesEveryKargoController(t *testing.T) {
 	// this test's gate can refuse it.
 	kargoCtl := otherKargoController(t, ns)
 	kargoCtlUser := "system:serviceaccount:" + ns + ":kargo-controller"
-	isolatePolicies(t, tag, widenedInstall(t, prefix, kargoCtlUser, "^kargo-shard-(eu|us)$"))
+	isolatePolicies(t, tag, widenedInstall(t, prefix, kargoCtlUser, "kargo-shard-(eu|us)"))
 	gate := prefix + "kargo-latch-pause-gate"
 	isolateNamespace(t, ns, tag)
 	env.createStage(t, ns, "prod", nil)
 	env.createStage(t, ns, "dev", nil)
 	must(t, createPause(env.dev, pause(ns, "hold", "prod", "Manual")))
-	waitFor(t, "the widened gate to refuse the shard", func() bool {
-		_, err := driver.CreatePromotion(ctx, env.kargoShard, ns, "prod", "")
-		return deniedBy(err, gate)
-	})
+	waitRefusedBy(t, env.cluster.UserConfig(kargoShardToken), ns, "prod", gate)
 
 	for user, as := range map[string]dynamic.Interface{kargoCtlUser: kargoCtl, kargoShardUser: env.kargoShard} {
 		_, err := driver.CreatePromotion(ctx, as, ns, "prod", "")
@@ -97,29 +95,25 @@ func TestGateRefusesEveryKargoController(t *testing.T) {
 		if !deniedBy(err, gate) || !strings.Contains(err.Error(), "auto-promotion to Stage prod is paused by StagePause hold") {
 			t.Errorf("%s auto-promoting to the paused target-aware Stage (a PromotionRequest): %v, want refused by %s", user, err, gate)
 		}
-		p, err := driver.CreatePromotion(ctx, as, ns, "dev", "")
-		if err != nil {
+		if _, err := driver.CreatePromotion(ctx, as, ns, "dev", ""); err != nil {
 			t.Errorf("%s auto-promoting to the unpaused Stage: %v", user, err)
-		} else if by, ok := p.GetAnnotations()[controller.RequestedByAnnotation]; ok {
-			t.Errorf("%s's auto-promotion to the unpaused Stage is marked requested-by %q; nothing is written while no pause covers a Stage", user, by)
 		}
 		if _, err := driver.CreatePromotionRequest(ctx, as, ns, "dev"); err != nil {
 			t.Errorf("%s auto-promoting to the unpaused target-aware Stage (a PromotionRequest): %v", user, err)
 		}
 	}
-	person, err := driver.CreatePromotion(ctx, env.dev, ns, "prod", "kubernetes:dev")
-	if err != nil {
+	if _, err := driver.CreatePromotion(ctx, env.dev, ns, "prod", "kubernetes:dev"); err != nil {
 		t.Errorf("a person's Promotion to the paused Stage: %v, want allowed", err)
-	} else if by, ok := person.GetAnnotations()[controller.RequestedByAnnotation]; ok {
-		t.Errorf("a person's Promotion is marked requested-by %q; only auto-promotions are", by)
 	}
 
 	// Where the setting lacks the shard: the shipped install, whose setting
-	// names Kargo's default controller only.
+	// names Kargo's default controller only, with the requester mark.
 	other := env.newProject(t)
+	installRequestedBy(t, other)
 	op := startOperator(t, other, latch.Settings{LatchDeadline: time.Minute, DegradedGrace: time.Minute})
 	prod := env.createStage(t, other, "prod", nil)
 	pauseInForce(t, prod, "hold")
+	waitMarked(t, other)
 	if _, err := driver.CreatePromotionRequest(ctx, env.kargoCtl, other, "prod"); !apierrors.IsForbidden(err) {
 		t.Errorf("Kargo's default controller creating a PromotionRequest for the paused Stage under the shipped gate: %v, want refused", err)
 	}
@@ -137,42 +131,72 @@ func TestGateRefusesEveryKargoController(t *testing.T) {
 		}
 	}
 	waitFor(t, "the bypass to be counted", func() bool { return op.metric(gateMetric, "project", other, "stage", "prod") == 1 })
-	// A PromotionRequest is marked too, though the operator does not judge
-	// PromotionRequests (README, Limitations).
-	pr, err := driver.CreatePromotionRequest(ctx, env.kargoShard, other, "prod")
-	if err != nil {
-		t.Fatalf("the shard's PromotionRequest where the setting lacks it: %v", err)
-	}
-	if by := pr.GetAnnotations()[controller.RequestedByAnnotation]; by != kargoShardUser {
-		t.Errorf("the bypassing PromotionRequest is marked requested-by %q, want %s", by, kargoShardUser)
-	}
 }
 
-// TestGatePeopleExemptsEveryKargoController: with the opt-in people gate and
-// the setting widened to the shards' users, a Promotion from a shard's user
-// that names a person as create-actor (no auto-promotion, so the pause gate
-// lets it pass) is not held to the people's check either; a person who may
-// not update the ProjectConfig is. Under the shipped setting, the people
-// gate would refuse the shard as it refuses that person.
-func TestGatePeopleExemptsEveryKargoController(t *testing.T) {
+// TestGatePeopleExemptsOnlyKargoAutoPromotions: with the opt-in people gate
+// and the setting widened to the shards' users, the people gate leaves the
+// shard's auto-promotion to the pause gate; but a Promotion from the shard's
+// user that names a person as create-actor (no auto-promotion, so the pause
+// gate lets it pass) is held to the people's check as the person's is:
+// neither may update the ProjectConfig. This install's own pause gate is
+// left out, so that the people gate is the only policy here that could
+// refuse the shard (the shipped gate does not name it).
+func TestGatePeopleExemptsOnlyKargoAutoPromotions(t *testing.T) {
 	t.Parallel()
 	tag := randomTag()
 	prefix := "e2e-" + tag + "-"
-	isolatePolicies(t, tag, widenedInstall(t, prefix, "system:serviceaccount:kargo:kargo-controller", "^kargo-shard-(eu|us)$", "gate-people"))
+	var policies []*unstructured.Unstructured
+	for _, o := range widenedInstall(t, prefix, "system:serviceaccount:kargo:kargo-controller", "kargo-shard-(eu|us)", "gate-people") {
+		if !strings.HasSuffix(o.GetName(), "kargo-latch-pause-gate") {
+			policies = append(policies, o)
+		}
+	}
+	isolatePolicies(t, tag, policies)
 	people := prefix + "kargo-latch-pause-gate-people"
 	ns := env.newProject(t)
 	isolateNamespace(t, ns, tag)
 	env.createStage(t, ns, "prod", nil)
 	must(t, createPause(env.dev, pause(ns, "hold", "prod", "Manual")))
 	waitFor(t, "the people gate to refuse dev", func() bool {
-		_, err := driver.CreatePromotion(ctx, env.dev, ns, "prod", "kubernetes:dev")
+		_, err := driver.CreatePromotion(ctx, dryRunAs(env.cluster.UserConfig(devToken)), ns, "prod", "kubernetes:dev")
 		return deniedBy(err, people)
 	})
-	if _, err := driver.CreatePromotion(ctx, env.kargoShard, ns, "prod", "kubernetes:dev"); err != nil {
-		t.Errorf("the shard's Promotion naming a person, to the paused Stage: %v, want allowed (Kargo's controllers are exempt from the people's check)", err)
+	if _, err := driver.CreatePromotion(ctx, env.kargoShard, ns, "prod", "kubernetes:dev"); !deniedBy(err, people) {
+		t.Errorf("the shard's Promotion naming a person, to the paused Stage: %v, want refused by %s (only auto-promotions are exempt)", err, people)
 	}
-	if _, err := driver.CreatePromotion(ctx, env.kargoShard, ns, "prod", ""); !apierrors.IsForbidden(err) {
-		t.Errorf("the shard's auto-promotion to the paused Stage: %v, want refused", err)
+	if _, err := driver.CreatePromotion(ctx, env.kargoShard, ns, "prod", ""); err != nil {
+		t.Errorf("the shard's auto-promotion to the paused Stage, with no pause gate of this install: %v, want the people gate to leave it to the pause gate", err)
+	}
+}
+
+// TestKargoControllersRegexIsMatchedWhole: the setting's regex must match a
+// username whole. With the regex kargo-shard (which Kargo's unanchored
+// controlplaneUserRegex would take to match kargo-shard-eu), the user
+// kargo-shard-eu is none of Kargo's controllers: the pause gate lets its
+// auto-promotion pass, and the people gate checks it as anyone's, and
+// refuses it (it may not update the ProjectConfig). The setting's username
+// is a Kargo controller of the project's namespace, which only this
+// install's gate refuses, so that its refusal shows the gate in force.
+func TestKargoControllersRegexIsMatchedWhole(t *testing.T) {
+	t.Parallel()
+	tag := randomTag()
+	prefix := "e2e-" + tag + "-"
+	ns := env.newProject(t)
+	otherKargoController(t, ns)
+	isolatePolicies(t, tag, widenedInstall(t, prefix, "system:serviceaccount:"+ns+":kargo-controller", "kargo-shard", "gate-people"))
+	gate, people := prefix+"kargo-latch-pause-gate", prefix+"kargo-latch-pause-gate-people"
+	isolateNamespace(t, ns, tag)
+	env.createStage(t, ns, "prod", nil)
+	must(t, createPause(env.dev, pause(ns, "hold", "prod", "Manual")))
+	kargoCtl, err := env.cluster.ServiceAccountConfig(ctx, ns, "kargo-controller")
+	must(t, err)
+	waitRefusedBy(t, kargoCtl, ns, "prod", gate)
+	waitFor(t, "the people gate to refuse dev", func() bool {
+		_, err := driver.CreatePromotion(ctx, dryRunAs(env.cluster.UserConfig(devToken)), ns, "prod", "kubernetes:dev")
+		return deniedBy(err, people)
+	})
+	if _, err := driver.CreatePromotion(ctx, env.kargoShard, ns, "prod", ""); !deniedBy(err, people) || deniedBy(err, gate) {
+		t.Errorf("%s's auto-promotion to the paused Stage, with the regex kargo-shard: %v, want refused by %s (no Kargo controller), not by %s", kargoShardUser, err, people, gate)
 	}
 }
 
@@ -197,7 +221,8 @@ func TestKargoControllersSettingReachesEveryPolicy(t *testing.T) {
 			if strings.Contains(string(b), "kargo:kargo-controller") {
 				t.Errorf("%s: %s %s still names Kargo's default controller: %s", name, o.GetKind(), o.GetName(), b)
 			}
-			if strings.Contains(string(b), "r'"+usernames+"'") && strings.Contains(string(b), "r'"+regex+"'") {
+			if strings.Contains(string(b), "r'''"+usernames+"'''") && strings.Contains(string(b), "r'''"+regex+"'''") &&
+				strings.Contains(string(b), "r'''^(?:(?:)"+regex+"(?:))$'''") {
 				named[o.GetKind()+"/"+o.GetName()] = true
 			}
 		}
@@ -216,58 +241,54 @@ func TestKargoControllersSettingReachesEveryPolicy(t *testing.T) {
 	compareInstalls(t, policies, built)
 }
 
-// TestRequestedByBindingFollowsNamePrefix: kustomize knows that a
-// ValidatingAdmissionPolicyBinding names its policy, not that a
-// MutatingAdmissionPolicyBinding does; components/requested-by teaches it,
-// so that an overlay's namePrefix keeps the binding on its policy.
-func TestRequestedByBindingFollowsNamePrefix(t *testing.T) {
+// TestKargoControllersSettingRefusesABadRegex: the setting's values are
+// copied into the policies' CEL as they are, into raw literals, never
+// evaluated: a regex with quotes, written to break out of its literal and
+// match every user, builds to literals holding exactly it. An invalid
+// regex (that one; one that does not parse; one that parses only once
+// anchored) is refused by the API server when the policy is stored, not
+// when a Promotion is judged; a valid regex with quotes is taken. The
+// chart refuses an invalid regex when it renders.
+func TestKargoControllersSettingRefusesABadRegex(t *testing.T) {
 	t.Parallel()
-	objs := widenedInstall(t, "renamed-", "system:serviceaccount:kargo:kargo-controller", "")
-	found := false
-	for _, o := range objs {
-		if o.GetKind() == "MutatingAdmissionPolicyBinding" {
-			found = true
-			if policy, _, _ := unstructured.NestedString(o.Object, "spec", "policyName"); policy != "renamed-kargo-latch-requested-by" || o.GetName() != policy {
-				t.Errorf("MutatingAdmissionPolicyBinding %s binds %q, want renamed-kargo-latch-requested-by", o.GetName(), policy)
+	const users = "system:serviceaccount:kargo:kargo-controller"
+	for _, tc := range []struct {
+		regex   string
+		refused bool
+	}{
+		{`^a'].exists(x, true) || ['$`, true},
+		{`(`, true},
+		{`a)|(b`, true},
+		{`kargo-shard-'eu'|o'brien`, false},
+	} {
+		prefix := "e2e-" + randomTag() + "-"
+		checked := 0
+		for _, o := range widenedInstall(t, prefix, users, tc.regex, "gate-people") {
+			if o.GetKind() != "ValidatingAdmissionPolicy" || !strings.Contains(o.GetName(), "pause-gate") || strings.HasSuffix(o.GetName(), "kargo-api") {
+				continue
+			}
+			checked++
+			conds, _, _ := unstructured.NestedSlice(o.Object, "spec", "matchConditions")
+			expr, _ := conds[0].(map[string]any)["expression"].(string)
+			pieces := strings.Split(expr, "'''")
+			if len(pieces) != 7 || pieces[1] != users || pieces[3] != tc.regex || pieces[5] != "^(?:(?:)"+tc.regex+"(?:))$" {
+				t.Errorf("regex %s: %s's condition holds other literals than the setting's: %q", tc.regex, o.GetName(), expr)
+			}
+			_, err := env.dyn.Resource(vaPolicies).Create(ctx, o, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
+			switch {
+			case tc.refused && (!apierrors.IsInvalid(err) || !strings.Contains(err.Error(), "invalid matches argument")):
+				t.Errorf("regex %s: storing %s: %v, want refused as an invalid matches argument", tc.regex, o.GetName(), err)
+			case !tc.refused && err != nil:
+				t.Errorf("regex %s: storing %s: %v", tc.regex, o.GetName(), err)
 			}
 		}
-	}
-	if !found {
-		t.Error("the build has no MutatingAdmissionPolicyBinding")
-	}
-}
-
-// dropRequestedBy writes an overlay of base that drops the requested-by
-// mark with the patches components/requested-by/kustomization.yaml shows,
-// copied from there, and returns its directory.
-func dropRequestedBy(t *testing.T, base string) string {
-	t.Helper()
-	doc, err := os.ReadFile(filepath.Join(env.cluster.Root, "manifests", "components", "requested-by", "kustomization.yaml"))
-	must(t, err)
-	var patches []string
-	in := false
-	for _, line := range strings.Split(string(doc), "\n") {
-		switch {
-		case strings.HasPrefix(line, "#   patches:"):
-			in = true
-		case in && strings.HasPrefix(line, "#   "):
-			patches = append(patches, strings.TrimPrefix(line, "#   "))
-		default:
-			in = false
+		if checked != 2 {
+			t.Errorf("regex %s: checked %d policies, want the pause gate and the people gate", tc.regex, checked)
 		}
 	}
-	if len(patches) == 0 {
-		t.Fatal("components/requested-by/kustomization.yaml shows no patches to drop it")
+	out, err := helmCommand(t.TempDir(), "template", "kargo-latch", filepath.Join(env.cluster.Root, chartPath),
+		"--set", "pauseGate.kargoControllerRegex=(").CombinedOutput()
+	if err == nil || !strings.Contains(string(out), "error parsing regexp: missing closing )") {
+		t.Errorf("helm template with the regex (: %v, want it refused naming the regex's error\n%s", err, out)
 	}
-	dir := t.TempDir()
-	b, err := filepath.Rel(dir, base)
-	must(t, err)
-	k := "apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\nresources: [" + jsonString(b) + "]\npatches:\n" + strings.Join(patches, "\n") + "\n"
-	//nolint:gosec // the repository's own documentation, into the test's temporary directory
-	must(t, os.WriteFile(filepath.Join(dir, "kustomization.yaml"), []byte(k), 0o600))
-	return dir
 }
-
-// mutatingPolicyAPI is what `helm template` needs to be told the cluster
-// serves for the chart to render the requested-by mark.
-const mutatingPolicyAPI = "admissionregistration.k8s.io/v1/MutatingAdmissionPolicy"

@@ -46,6 +46,7 @@ var componentToggles = map[string][]string{
 	"mark-verified":                        {"markVerified.installRights=true"},
 	"monitoring":                           {"controller.metrics.serviceMonitor.enabled=true", "prometheusRule.enabled=true"},
 	"grafana-dashboard":                    {"grafanaDashboard.enabled=true"},
+	"requested-by":                         {"pauseGate.requestedBy.enabled=true"},
 }
 
 // exampleValues are the chart values that render each kustomize example of
@@ -120,18 +121,23 @@ func TestChartRendersTheKustomizeInstall(t *testing.T) {
 		})
 	}
 	// A cluster without MutatingAdmissionPolicy (Kubernetes before 1.36):
-	// the chart leaves out the requested-by mark, as the kustomize install
-	// does with the patch its kustomization.yaml documents.
-	t.Run("no MutatingAdmissionPolicy API", func(t *testing.T) {
-		want, err := cluster.Kustomize(dropRequestedBy(t, filepath.Join(root, "default")))
+	// the chart's defaults are still plain manifests/default, which holds
+	// no mutating policy either (the requester mark is opt-in on both).
+	t.Run("default on Kubernetes 1.30", func(t *testing.T) {
+		want, err := cluster.Kustomize(filepath.Join(root, "default"))
 		must(t, err)
-		got := renderChart(t, "kargo-latch", "kargo-latch")
+		got := renderChart(t, "kargo-latch", "kargo-latch", "--kube-version", "1.30.0")
 		compareInstalls(t, got, want)
+		for _, o := range want {
+			if strings.HasPrefix(o.GetKind(), "MutatingAdmissionPolicy") {
+				t.Errorf("manifests/default holds %s %s, which Kubernetes before 1.36 does not know", o.GetKind(), o.GetName())
+			}
+		}
 	})
 }
 
 // partOfDefault are the kustomize components manifests/default includes.
-var partOfDefault = map[string]bool{"pause-gate": true, "requested-by": true, "kargo-controllers": true}
+var partOfDefault = map[string]bool{"pause-gate": true, "kargo-controllers": true}
 
 // overlay writes a kustomization of base plus component, and returns its
 // directory.
@@ -297,7 +303,7 @@ func TestChartPassesServerSideDryRun(t *testing.T) {
 	// metrics Services are the main one and those of the shards eu and us.
 	for kind, want := range map[string]int{
 		"CustomResourceDefinition": 1, "Deployment": 3, "Service": 3, "ServiceMonitor": 1,
-		"PrometheusRule": 1, "ConfigMap": 1, "ValidatingAdmissionPolicy": 6, "ValidatingAdmissionPolicyBinding": 6,
+		"PrometheusRule": 1, "ConfigMap": 1, "ValidatingAdmissionPolicy": 7, "ValidatingAdmissionPolicyBinding": 7,
 		"MutatingAdmissionPolicy": 1, "MutatingAdmissionPolicyBinding": 1,
 	} {
 		if kinds[kind] != want {
@@ -441,8 +447,8 @@ func sameSetting(value, def string) bool {
 // Kargo controller ServiceAccount given in the values (the value of before
 // pauseGate.kargoControllers, which keeps working) and on the regex of
 // pauseGate.kargoControllerRegex, refuses the auto-promotions of Kargo's
-// controller and of a shard's to it. The install has the requested-by
-// mark: Helm saw that the cluster serves MutatingAdmissionPolicy.
+// controller and of a shard's to it. The install has no requester mark,
+// which is opt-in, although the cluster serves MutatingAdmissionPolicy.
 func TestHelmInstallPausesAStage(t *testing.T) {
 	t.Parallel()
 	releaseNS := env.newProject(t)
@@ -552,8 +558,10 @@ func TestHelmInstallPausesAStage(t *testing.T) {
 	if _, err := driver.CreatePromotion(ctx, dynamic.NewForConfigOrDie(shard), project, "prod", ""); !deniedBy(err, gate) {
 		t.Errorf("the shard's auto-promotion to the paused Stage: %v, want refused by %s", err, gate)
 	}
-	if _, err := env.dyn.Resource(admissionPolicies["MutatingAdmissionPolicy"]).Get(ctx, release+"-requested-by", metav1.GetOptions{}); err != nil {
-		t.Errorf("the chart installed no requested-by mark on a cluster that serves MutatingAdmissionPolicy: %v", err)
+	// The requester mark is opt-in: a cluster-wide mutating policy would
+	// refuse Promotions with 503 for a moment after the API server starts.
+	if _, err := env.dyn.Resource(admissionPolicies["MutatingAdmissionPolicy"]).Get(ctx, release+"-requested-by", metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+		t.Errorf("the chart's defaults installed the requester mark (%v), want it opt-in", err)
 	}
 	if p.exited() {
 		t.Error("the operator exited")

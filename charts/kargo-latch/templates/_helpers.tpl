@@ -61,14 +61,30 @@ kargo-latch.kargoControllerUsernames is the usernames, comma-separated.
 {{/*
 A CEL condition, true when the requester is one of Kargo's controllers: its
 username is one of kargo-latch.kargoControllerUsernames, or matches
-pauseGate.kargoControllerRegex (unanchored, as CEL's matches() and Kargo's
-own controlplaneUserRegex; empty matches nothing). Word for word the
-kustomize install's, whose components/kargo-controllers writes the two r''
-literals.
+pauseGate.kargoControllerRegex WHOLE (anchored: ^(?:<regex>)$; Kargo's own
+controlplaneUserRegex is matched unanchored; empty matches nothing). Word
+for word the kustomize install's, whose components/kargo-controllers writes
+the r'''…''' literals: the usernames, the regex alone (so that the API
+server refuses an invalid one when it stores the policy), and the regex
+anchored. The chart refuses an invalid regex itself, when it renders.
 */}}
 {{- define "kargo-latch.isKargoController" -}}
-request.userInfo.username in r'{{ include "kargo-latch.kargoControllerUsernames" . }}'.split(",").map(n, n.trim()) ||
-[r'{{ .Values.pauseGate.kargoControllerRegex }}'].exists(re, re != "" && request.userInfo.username.matches(re))
+{{- $kargoControllerRegex := toString .Values.pauseGate.kargoControllerRegex }}
+{{- /* Fails the render, naming the regex's error, when it is no RE2 regex. */}}
+{{- $_ := mustRegexMatch $kargoControllerRegex "" -}}
+request.userInfo.username in r'''{{ include "kargo-latch.kargoControllerUsernames" . }}'''.split(",").map(n, n.trim()) ||
+(request.userInfo.username.matches(r'''{{ $kargoControllerRegex }}''') && request.userInfo.username.matches(r'''^(?:(?:){{ $kargoControllerRegex }}(?:))$'''))
+{{- end -}}
+
+{{/*
+A CEL condition, true when a Promotion (or PromotionRequest) has the shape
+of an auto-promotion: no kargo.akuity.io/create-actor, or one starting with
+"controller:". Kargo's webhook gives every other Promotion a person's.
+*/}}
+{{- define "kargo-latch.isAutoPromotion" -}}
+!has(object.metadata.annotations) ||
+!('kargo.akuity.io/create-actor' in object.metadata.annotations) ||
+object.metadata.annotations['kargo.akuity.io/create-actor'].startsWith('controller:')
 {{- end -}}
 
 {{/*
