@@ -114,6 +114,9 @@ type Controller struct {
 	// unusable (kargo.ErrNoPromotionTable): pages are read whole from then on.
 	promotionsWhole atomic.Bool
 	bypass          *bypassWatch // gate bypasses seen (gatebypass.go)
+
+	// pauseWrites remembers this term's StagePause status writes (pausewrites.go).
+	pauseWrites pauseWriteLog
 }
 
 // workQueues are the queues of one leadership term.

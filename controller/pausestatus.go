@@ -7,6 +7,7 @@ import (
 	"maps"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -21,14 +22,20 @@ import (
 // several operators: one per shard, and, while an installation moves to
 // shards, an unsharded one beside them. Each counts the Stages it pauses
 // under its own key of status.shards (statusKey) and writes no other key
-// (but the one it supersedes: see supersededKey). status.stages follows
-// from the keys alone (stagesOf), and since and the Active condition from
-// the pause and status.stages. So every operator computes the same status
-// from the same object: one that finds it right writes nothing, and no two
-// undo each other. Each write is conditional on the resourceVersion it was
-// computed from: an operator that wrote its key meanwhile makes it
-// conflict, and the retry computes again from the cache once it shows that
-// write.
+// (but, once per leadership term, the one it supersedes: see
+// supersededKey and pausewrites.go). status.stages follows from the keys
+// alone (stagesOf), and since and the Active condition from the pause and
+// status.stages. So every operator computes the same status from the same
+// object: one that finds it right writes nothing, and no two undo each
+// other. Each write is conditional on the resourceVersion it was computed
+// from: an operator that wrote its key meanwhile makes it conflict, and
+// the retry computes again from the cache once it shows that write. A
+// writer that keeps undoing this operator's key (an operator built before
+// status.shards) is met with writes held back, not rewritten at once.
+
+// ReasonPauseStatusContested is the Warning on a StagePause whose status
+// another writer keeps undoing this operator's count in.
+const ReasonPauseStatusContested = "PauseStatusContested"
 
 // syncPauseStatus keeps a StagePause's status (since, stages, shards, the
 // Active condition) true to the Stages that exist now. status.drained is
@@ -40,6 +47,7 @@ func (c *Controller) syncPauseStatus(ctx context.Context, key cache.ObjectName) 
 	}
 	obj, exists, err := inf.GetIndexer().GetByKey(key.String())
 	if err != nil || !exists {
+		c.pauseWrites.forget(key)
 		return 0, err
 	}
 	p, ok := obj.(*v1alpha1.StagePause)
@@ -58,12 +66,21 @@ func (c *Controller) syncPauseStatus(ctx context.Context, key cache.ObjectName) 
 			covered++
 		}
 	}
+	term, now := c.work.Load(), c.clock.Now()
 	shardKey := statusKey(c.cfg.Shard, c.cfg.DefaultShard)
-	want := pauseStatus(p, shardKey, covered)
+	held, undos := c.pauseWrites.observe(term, p, shardKey, now)
+	if undos > 0 {
+		c.reportContested(ctx, p, shardKey, undos, held)
+	}
+	remove := c.pauseWrites.supersededToRemove(term, p, shardKey)
+	want := pauseStatus(p, shardKey, covered, remove)
 	if statusEqual(&p.Status, want) || c.cfg.DryRun {
 		return 0, nil
 	}
-	body, err := json.Marshal(statusPatch(p, shardKey, want))
+	if held > 0 {
+		return held, nil
+	}
+	body, err := json.Marshal(statusPatch(p, shardKey, remove, want))
 	if err != nil {
 		return 0, err
 	}
@@ -73,27 +90,46 @@ func (c *Controller) syncPauseStatus(ctx context.Context, key cache.ObjectName) 
 		return 0, nil
 	}
 	if err == nil {
+		c.pauseWrites.wrote(term, p, shardKey, want, remove, now)
 		klog.FromContext(ctx).V(2).Info("Updated StagePause status", "pause", klog.KRef(p.Namespace, p.Name),
 			"stages", want.Stages, "key", shardKey, "counted", covered)
 	}
 	return 0, err
 }
 
+// reportContested says that another writer undid this operator's count
+// (under key) in p's status undos times in a row, and that its writes of
+// p's status are held back for held.
+func (c *Controller) reportContested(ctx context.Context, p *v1alpha1.StagePause, key string, undos int, held time.Duration) {
+	c.cfg.Metrics.PauseStatusContested.WithLabelValues(p.Namespace).Inc()
+	klog.FromContext(ctx).Info("Another writer keeps undoing this operator's count in a StagePause's status; holding writes back",
+		"pause", klog.KRef(p.Namespace, p.Name), "key", key, "undos", undos, "heldFor", held)
+	// One message per key, so that the Events aggregate into one.
+	ref := &corev1.ObjectReference{APIVersion: v1alpha1.GroupVersion.String(), Kind: "StagePause", Namespace: p.Namespace, Name: p.Name, UID: p.UID}
+	c.recorder.Eventf(ref, corev1.EventTypeWarning, ReasonPauseStatusContested,
+		"Another writer keeps removing or changing this operator's count %q in status.shards, each time within %v of its write: "+
+			"most likely a kargo-latch built before shards, which removes status.shards whenever it writes. "+
+			"Run this version unsharded first (README, Moving to shards, step 1). Until then this operator writes this status at most every %v.",
+		key, undoWindow, maxUndoneBackoff)
+}
+
 // pauseStatus is the status p should have when this operator, whose key
-// in status.shards is key, counts covered Stages under it.
-func pauseStatus(p *v1alpha1.StagePause, key string, covered int32) *v1alpha1.StagePauseStatus {
+// in status.shards is key, counts covered Stages under it, and removes the
+// key remove ("" for none). An unsharded operator keeps its key at 0 (its
+// count decides status.stages: see stagesOf); another removes its key at 0.
+func pauseStatus(p *v1alpha1.StagePause, key string, covered int32, remove string) *v1alpha1.StagePauseStatus {
 	want := p.Status.DeepCopy()
 	shards := maps.Clone(want.Shards)
 	if shards == nil {
 		shards = map[string]int32{}
 	}
-	if covered > 0 {
+	if covered > 0 || key == unshardedKey {
 		shards[key] = covered
 	} else {
 		delete(shards, key)
 	}
-	if gone := supersededKey(key); gone != "" {
-		delete(shards, gone)
+	if remove != "" {
+		delete(shards, remove)
 	}
 	want.Shards = nil
 	if len(shards) > 0 {
@@ -117,24 +153,26 @@ func pauseStatus(p *v1alpha1.StagePause, key string, covered int32) *v1alpha1.St
 }
 
 // stagesOf is status.stages for the counts of status.shards: the unsharded
-// operator's count when it is the larger, else the sum of the shards'. An
-// unsharded operator sees every Stage, so its count is never below the sum
-// of the shards that run beside it, and equals it once every shard runs.
+// operator's count when it has one, else the sum of the shards'. An
+// unsharded operator sees every Stage, and keeps its key while it runs:
+// beside it, the shards' keys add nothing, and a retired shard's key left
+// behind counts for nothing either.
 func stagesOf(shards map[string]int32) int32 {
-	var sum int32
-	for key, n := range shards {
-		if key != unshardedKey {
-			sum += n
-		}
+	if n, ok := shards[unshardedKey]; ok {
+		return n
 	}
-	return max(sum, shards[unshardedKey])
+	var sum int32
+	for _, n := range shards {
+		sum += n
+	}
+	return sum
 }
 
 // statusPatch is the merge patch that takes p's status to want: it names
-// only the keys of status.shards that this operator (key) owns (null
+// only this operator's key of status.shards and the one it removes (null
 // removes one, or the whole map when none is left), and is conditional on
 // p's resourceVersion, from which want was computed.
-func statusPatch(p *v1alpha1.StagePause, key string, want *v1alpha1.StagePauseStatus) map[string]any {
+func statusPatch(p *v1alpha1.StagePause, key, remove string, want *v1alpha1.StagePauseStatus) map[string]any {
 	status := map[string]any{"since": want.Since, "stages": want.Stages, "conditions": want.Conditions}
 	patch := map[string]any{"status": status, "metadata": map[string]any{"resourceVersion": p.ResourceVersion}}
 	if len(want.Shards) == 0 {
@@ -144,7 +182,7 @@ func statusPatch(p *v1alpha1.StagePause, key string, want *v1alpha1.StagePauseSt
 		return patch
 	}
 	changed := map[string]any{}
-	for _, k := range []string{key, supersededKey(key)} {
+	for _, k := range []string{key, remove} {
 		n, wanted := want.Shards[k]
 		had, present := p.Status.Shards[k]
 		switch {

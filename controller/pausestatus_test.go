@@ -27,39 +27,58 @@ func TestPauseStatusOfAShard(t *testing.T) {
 		shards  map[string]int32
 		key     string
 		covered int32
+		remove  string // the superseded key, when it is to be removed
 		want    map[string]int32
 		stages  int32
 		patch   any // status.shards in the patch; absent when nil
 	}{
-		"first key":         {nil, "a", 2, map[string]int32{"a": 2}, 2, map[string]any{"a": float64(2)}},
-		"summed":            {map[string]int32{"b": 3}, "a", 2, map[string]int32{"a": 2, "b": 3}, 5, map[string]any{"a": float64(2)}},
-		"own key to 0":      {map[string]int32{"a": 2, "b": 3}, "a", 0, map[string]int32{"b": 3}, 3, map[string]any{"a": nil}},
-		"last key to 0":     {map[string]int32{"a": 2}, "a", 0, nil, 0, "null"},
-		"unchanged own key": {map[string]int32{"a": 2, "b": 3}, "a", 2, map[string]int32{"a": 2, "b": 3}, 5, nil},
-		"unsharded alone":   {nil, "*", 4, map[string]int32{"*": 4}, 4, map[string]any{"*": float64(4)}},
+		"first key":         {nil, "a", 2, "", map[string]int32{"a": 2}, 2, map[string]any{"a": float64(2)}},
+		"summed":            {map[string]int32{"b": 3}, "a", 2, "", map[string]int32{"a": 2, "b": 3}, 5, map[string]any{"a": float64(2)}},
+		"own key to 0":      {map[string]int32{"a": 2, "b": 3}, "a", 0, "", map[string]int32{"b": 3}, 3, map[string]any{"a": nil}},
+		"last key to 0":     {map[string]int32{"a": 2}, "a", 0, "", nil, 0, "null"},
+		"unchanged own key": {map[string]int32{"a": 2, "b": 3}, "a", 2, "", map[string]int32{"a": 2, "b": 3}, 5, nil},
+		"unsharded alone":   {nil, "*", 4, "", map[string]int32{"*": 4}, 4, map[string]any{"*": float64(4)}},
+		// An unsharded operator keeps its key at 0: its count, not a
+		// retired shard's key, says the pause covers nothing.
+		"unsharded at 0":                {nil, "*", 0, "", map[string]int32{"*": 0}, 0, map[string]any{"*": float64(0)}},
+		"unsharded at 0, retired shard": {map[string]int32{"eu": 1}, "*", 0, "", map[string]int32{"*": 0, "eu": 1}, 0, map[string]any{"*": float64(0)}},
 		// An upgrade to shards: the unsharded operator and shard eu's run
 		// side by side. Each keeps the other's count, and both find the
-		// unsharded count, the larger, for status.stages.
-		"unsharded beside a shard": {map[string]int32{"eu": 4}, "*", 10, map[string]int32{"*": 10, "eu": 4}, 10, map[string]any{"*": float64(10)}},
-		"shard beside unsharded":   {map[string]int32{"*": 10}, "eu", 4, map[string]int32{"*": 10, "eu": 4}, 10, map[string]any{"eu": float64(4)}},
-		"settled side by side":     {map[string]int32{"*": 10, "eu": 4}, "eu", 4, map[string]int32{"*": 10, "eu": 4}, 10, nil},
-		// Stale shard counts above the unsharded one: the larger stands.
-		"shards above unsharded": {map[string]int32{"eu": 4, "us": 3}, "*", 5, map[string]int32{"*": 5, "eu": 4, "us": 3}, 7, map[string]any{"*": float64(5)}},
+		// unsharded count for status.stages.
+		"unsharded beside a shard": {map[string]int32{"eu": 4}, "*", 10, "", map[string]int32{"*": 10, "eu": 4}, 10, map[string]any{"*": float64(10)}},
+		"shard beside unsharded":   {map[string]int32{"*": 10}, "eu", 4, "", map[string]int32{"*": 10, "eu": 4}, 10, map[string]any{"eu": float64(4)}},
+		"settled side by side":     {map[string]int32{"*": 10, "eu": 4}, "eu", 4, "", map[string]int32{"*": 10, "eu": 4}, 10, nil},
+		// Stale shard counts above the unsharded one: the unsharded
+		// operator, which sees every Stage, decides.
+		"shards above unsharded": {map[string]int32{"eu": 4, "us": 3}, "*", 5, "", map[string]int32{"*": 5, "eu": 4, "us": 3}, 5, map[string]any{"*": float64(5)}},
 		// The operator of the unlabelled Stages replaces the unsharded one
 		// on its Lease, and drops its count; and the other way back.
-		"unsharded replaced": {map[string]int32{"*": 10, "eu": 4}, "default", 6, map[string]int32{"default": 6, "eu": 4}, 10,
+		"unsharded replaced": {map[string]int32{"*": 10, "eu": 4}, "default", 6, "*", map[string]int32{"default": 6, "eu": 4}, 10,
 			map[string]any{"default": float64(6), "*": nil}},
-		"default replaced": {map[string]int32{"default": 6, "eu": 4}, "*", 10, map[string]int32{"*": 10, "eu": 4}, 10,
+		"default replaced": {map[string]int32{"default": 6, "eu": 4}, "*", 10, "default", map[string]int32{"*": 10, "eu": 4}, 10,
 			map[string]any{"*": float64(10), "default": nil}},
-		"unsharded replaced, no Stage": {map[string]int32{"*": 2}, "default", 0, nil, 0, "null"},
+		"unsharded replaced, no Stage": {map[string]int32{"*": 2}, "default", 0, "*", nil, 0, "null"},
+		// Both lead at once, and each removed the other's key once: they
+		// keep each other's key from then on.
+		"default beside unsharded": {map[string]int32{"*": 3}, "default", 2, "", map[string]int32{"*": 3, "default": 2}, 3,
+			map[string]any{"default": float64(2)}},
+		"unsharded beside default": {map[string]int32{"default": 2}, "*", 3, "", map[string]int32{"*": 3, "default": 2}, 3,
+			map[string]any{"*": float64(3)}},
 	} {
 		t.Run(name, func(t *testing.T) {
 			p := pause(tc.shards)
-			got := pauseStatus(p, tc.key, tc.covered)
+			got := pauseStatus(p, tc.key, tc.covered, tc.remove)
 			if !maps.Equal(got.Shards, tc.want) || got.Stages != tc.stages || !got.Since.Equal(&created) {
 				t.Errorf("status shards %v, stages %d, since %v; want %v, %d, %v", got.Shards, got.Stages, got.Since, tc.want, tc.stages, created)
 			}
-			b, err := json.Marshal(statusPatch(p, tc.key, got))
+			wantActive := "True/Covering"
+			if tc.stages == 0 {
+				wantActive = "False/StageNotFound"
+			}
+			if active := activeCondition(*got); active != wantActive {
+				t.Errorf("Active %s, want %s", active, wantActive)
+			}
+			b, err := json.Marshal(statusPatch(p, tc.key, tc.remove, got))
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -47,6 +47,9 @@ type shardCluster struct {
 	pauseStatusPatches       []map[string]any
 	stagePatches             []string // names of the Stages patched
 	lastVersion              int      // the last resourceVersion a guarded write gave
+	// afterWrite, if set, is told of each StagePause status patch the
+	// server took, and whether it was conditional on a resourceVersion.
+	afterWrite func(conditional bool)
 }
 
 func newShardCluster(t *testing.T, objects ...*unstructured.Unstructured) *shardCluster {
@@ -163,8 +166,15 @@ func (sc *shardCluster) guardPauseStatusWrites() {
 		sc.mu.Lock()
 		sc.lastVersion++
 		m.SetResourceVersion(strconv.Itoa(sc.lastVersion))
+		afterWrite := sc.afterWrite
 		sc.mu.Unlock()
-		return true, patched, sc.client.Tracker().Update(p.GetResource(), patched, p.GetNamespace())
+		if err := sc.client.Tracker().Update(p.GetResource(), patched, p.GetNamespace()); err != nil {
+			return true, nil, err
+		}
+		if afterWrite != nil {
+			afterWrite(body.Metadata.ResourceVersion != nil)
+		}
+		return true, patched, nil
 	})
 }
 
@@ -178,22 +188,31 @@ func shardPause(name, stage, reason string) *unstructured.Unstructured {
 
 // shardOperator is one shard's controller, running as leader.
 type shardOperator struct {
-	c   *Controller
-	reg *prometheus.Registry
+	c        *Controller
+	reg      *prometheus.Registry
+	recorder *record.FakeRecorder
 }
 
-func (sc *shardCluster) start(shard string, defaultShard bool) *shardOperator {
+// start runs the operator of a shard as leader; configure may change its
+// Config (a fake clock, say).
+func (sc *shardCluster) start(shard string, defaultShard bool, configure ...func(*Config)) *shardOperator {
 	sc.t.Helper()
-	op := &shardOperator{reg: prometheus.NewRegistry()}
-	c, err := New(Config{
+	op := &shardOperator{reg: prometheus.NewRegistry(), recorder: record.NewFakeRecorder(100)}
+	cfg := Config{
 		Dynamic:      sc.client,
 		Kube:         kubefake.NewClientset(),
-		Recorder:     record.NewFakeRecorder(100),
+		Recorder:     op.recorder,
 		Shard:        shard,
 		DefaultShard: defaultShard,
 		Defaults:     latch.Settings{LatchDeadline: time.Minute, DegradedGrace: time.Minute},
 		Metrics:      metrics.New(op.reg, "test"),
-	})
+		// For idle: the queues' adds and finished work.
+		QueueMetrics: metrics.NewWorkqueueProvider(op.reg),
+	}
+	for _, f := range configure {
+		f(&cfg)
+	}
+	c, err := New(cfg)
 	if err != nil {
 		sc.t.Fatal(err)
 	}

@@ -31,6 +31,10 @@ type Recorder struct {
 	TimeToLatch        prometheus.Histogram
 	BuildInfo          *prometheus.GaugeVec
 
+	// PauseStatusContested counts, by project, the holds of StagePause
+	// status writes when another writer kept undoing this operator's count.
+	PauseStatusContested *prometheus.CounterVec
+
 	// stages exports stage_paused and stage_phase (see ObserveStages).
 	stages *stageGauges
 	// promotionsCached counts the cached Promotions for promotions_cached
@@ -115,6 +119,10 @@ func New(reg prometheus.Registerer, version string) *Recorder {
 			Help: "Always 1; labels tell the version and the Go version kargo-latch was built with.",
 		}, []string{"version", "goversion"}),
 		stages: newStageGauges(),
+		PauseStatusContested: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: Namespace, Name: "pause_status_contested_total",
+			Help: "Times this operator held its writes of a StagePause's status back because another writer kept removing or changing its count in status.shards (most likely a kargo-latch built before shards, beside this one: run this version unsharded first).",
+		}, []string{LabelProject}),
 	}
 	promotionsCached := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 		Namespace: Namespace, Name: "promotions_cached",
@@ -127,6 +135,7 @@ func New(reg prometheus.Registerer, version string) *Recorder {
 	})
 	reg.MustRegister(r.stages, promotionsCached, r.PausesTotal, r.ResumesTotal, r.FailuresTotal, r.ProgressingIgnored, r.InvalidConfig, r.InvalidInput,
 		r.FreightVerified, r.MarkVerifiedErrors, r.GateBypassed, r.ReconcileErrors, r.WriteConflicts, r.CacheSynced, r.ReconcileDuration, r.TimeToLatch, r.BuildInfo)
+	reg.MustRegister(r.PauseStatusContested)
 	r.BuildInfo.WithLabelValues(version, runtime.Version()).Set(1)
 	return r
 }

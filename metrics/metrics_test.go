@@ -35,6 +35,9 @@ var contract = map[string]string{
 	"kargo_latch_gate_bypassed_total": "COUNTER project,stage",
 	// Issue 13: the bound on the Promotion cache (controller/promotionwatch.go).
 	"kargo_latch_promotions_cached": "GAUGE ",
+	// StagePause status writes held back against a writer that keeps
+	// undoing them (controller/pausewrites.go).
+	"kargo_latch_pause_status_contested_total": "COUNTER project",
 }
 
 func TestMetricsMatchTheContract(t *testing.T) {
@@ -49,6 +52,7 @@ func TestMetricsMatchTheContract(t *testing.T) {
 	r.InvalidConfig.WithLabelValues("p", "s").Inc()
 	r.InvalidInput.WithLabelValues("p", "s", "state").Inc()
 	r.GateBypassed.WithLabelValues("p", "s").Inc()
+	r.PauseStatusContested.WithLabelValues("p").Inc()
 	r.ReconcileErrors.Inc()
 	r.TimeToLatch.Observe(1)
 	r.ReconcileDuration.Observe(1)

@@ -95,17 +95,18 @@ type StagePauseStatus struct {
 	// Drained names the Promotions aborted when the pause took effect.
 	Drained []string `json:"drained,omitempty"`
 	// Stages is how many Stages the pause covers now, from Shards: the
-	// unsharded operator's count ("*") when it is the larger, else the sum
-	// of the others. (An unsharded operator sees every Stage: while it runs
+	// unsharded operator's count ("*") when there is one, else the sum of
+	// the others. (An unsharded operator sees every Stage: while it runs
 	// beside the shards' operators, as during an upgrade to shards, its
 	// count is the whole.)
 	Stages int32 `json:"stages"`
 	// Shards is how many Stages each operator pauses now, by its key: its
 	// shard's name, "default" for the operator of the Stages without a
 	// shard (--default-shard alone), "*" for an unsharded operator. Each
-	// writes only its own key, and removes it at 0; the "*" and "default"
-	// operators, each the other's successor on the same Lease, also remove
-	// each other's.
+	// writes only its own key; a shard's operator removes it at 0, an
+	// unsharded one keeps it. The "*" and "default" operators, each the
+	// other's successor on the same Lease, also remove each other's, once
+	// per leadership term.
 	Shards map[string]int32 `json:"shards,omitempty"`
 	// Conditions: Active says whether the pause covers any Stage now.
 	Conditions []metav1.Condition `json:"conditions,omitempty"`

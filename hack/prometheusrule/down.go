@@ -8,8 +8,12 @@ import (
 // The rules file's group downGroup holds one generic rule, KargoLatchDown,
 // that fires when no operator is up. An installation with shards runs one
 // operator per shard, each scraped as a job of its own (a ServiceMonitor
-// names the job after the metrics Service), and needs that rule once per
-// job: a dead shard's operator goes unnoticed while any other is up. The
+// names the job after the metrics Service, and gives the target its
+// Service's namespace), and needs that rule once per job: a dead shard's
+// operator goes unnoticed while any other is up. Each rule names the
+// namespace too, so that a release of the same name in another namespace
+// (another installation, scraped by the same Prometheus) does not keep it
+// quiet. The
 // Helm chart makes them from controller.shards in its PrometheusRule
 // template; for kustomize, this generator makes them for the shards
 // example (exampleOperators), as a patch of the monitoring component's
@@ -18,11 +22,13 @@ import (
 // its output for `controller.shards: [eu]` to the example's.
 
 const (
-	downGroup     = "kargo-latch-down"
-	exampleDir    = "manifests/examples/shards-monitoring"
-	exampleRules  = exampleDir + "/rules.yaml"
-	examplePatch  = exampleDir + "/down-alerts-patch.yaml"
-	operatorLabel = "shard"
+	downGroup = "kargo-latch-down"
+	// exampleNamespace is the namespace of manifests/examples/shards.
+	exampleNamespace = "kargo-latch"
+	exampleDir       = "manifests/examples/shards-monitoring"
+	exampleRules     = exampleDir + "/rules.yaml"
+	examplePatch     = exampleDir + "/down-alerts-patch.yaml"
+	operatorLabel    = "shard"
 )
 
 // operatorJob is an operator, by the shard key it counts under in a
@@ -37,15 +43,17 @@ var exampleOperators = []operatorJob{
 	{shard: "eu", job: "kargo-latch-eu-metrics"},
 }
 
-// operatorDownExpr is true when no replica of job is up: all its targets
-// fail, or it has none. Either arm gives the job as a label, which the
-// generic rule's annotations name (absent(up{job="…"} == 1) gives none).
-func operatorDownExpr(job string) string {
-	return fmt.Sprintf("max by (job) (up{job=%[1]q}) == 0 or absent(up{job=%[1]q})", job)
+// operatorDownExpr is true when no replica of job in namespace is up: all
+// its targets fail, or it has none. Either arm gives the namespace and the
+// job as labels, which the generic rule's annotations name
+// (absent(up{job="…"} == 1) gives none).
+func operatorDownExpr(namespace, job string) string {
+	return fmt.Sprintf("max by (namespace, job) (up{namespace=%[1]q,job=%[2]q}) == 0 or absent(up{namespace=%[1]q,job=%[2]q})", namespace, job)
 }
 
 // perOperatorDown returns spec with the generic rule of downGroup made one
-// per operator of ops: expr operatorDownExpr(job), the label shard, and
+// per operator of ops: expr operatorDownExpr(exampleNamespace, job), the
+// label shard, and
 // the rest the generic rule's. It also returns the group's index.
 func perOperatorDown(spec map[string]any, ops []operatorJob) (map[string]any, int, error) {
 	out, err := deepCopy(spec)
@@ -69,7 +77,7 @@ func perOperatorDown(spec map[string]any, ops []operatorJob) (map[string]any, in
 			if err != nil {
 				return nil, 0, err
 			}
-			rule["expr"] = operatorDownExpr(op.job)
+			rule["expr"] = operatorDownExpr(exampleNamespace, op.job)
 			labels, _ := rule["labels"].(map[string]any)
 			if labels == nil {
 				labels = map[string]any{}
