@@ -36,8 +36,8 @@ const releaseVersion = "v0.0.0-test.1"
 func TestReleaseBundle(t *testing.T) {
 	t.Parallel()
 	source := checkout(t, "")
-	release := hackImage(nil, "release", "-root", source, "-version", releaseVersion, "-helm", helmBinary(t))
-	succeed(t, release)
+	release := []string{"release", "-root", source, "-version", releaseVersion, "-helm", helmBinary(t)}
+	succeed(t, hackImage(nil, release...))
 	out := filepath.Join(source, "dist", "release-"+releaseVersion)
 
 	wantFiles := []string{
@@ -112,7 +112,7 @@ func TestReleaseBundle(t *testing.T) {
 	// A release of the same commit, later, into the previous one.
 	first, err := os.ReadFile(filepath.Join(out, ociimage.ChecksumsName))
 	must(t, err)
-	succeed(t, release)
+	succeed(t, hackImage(nil, release...))
 	second, err := os.ReadFile(filepath.Join(out, ociimage.ChecksumsName))
 	must(t, err)
 	if diff := cmp.Diff(string(first), string(second)); diff != "" {
