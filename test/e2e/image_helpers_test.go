@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"sync"
 	"syscall"
 	"testing"
@@ -120,13 +121,27 @@ func runFromImage(t *testing.T, p *process, c corev1.Container) {
 		p.args[at+1] = kubeconfigOf(t, p.args[at+1], ociimage.NonrootID)
 	}
 	p.binary = imageOperatorPath
-	p.verify = func(pid int) error { return runsImageBinary(pid, uid) }
+	p.verify = func(pid int) error { return runsImageBinary(pid, uid, p.env) }
 }
 
 // runsImageBinary checks that the process pid runs the image's binary,
-// as uid.
-func runsImageBinary(pid, uid int) error {
+// as uid, in /, with the environment env and no other.
+func runsImageBinary(pid, uid int, env []string) error {
 	proc := fmt.Sprintf("/proc/%d", pid)
+	cwd, err := os.Readlink(proc + "/cwd")
+	if err != nil {
+		return err
+	}
+	if cwd != "/" {
+		return fmt.Errorf("the operator runs in %s, want /", cwd)
+	}
+	environ, err := os.ReadFile(proc + "/environ")
+	if err != nil {
+		return err
+	}
+	if got := strings.Split(strings.TrimSuffix(string(environ), "\x00"), "\x00"); !slices.Equal(got, env) {
+		return fmt.Errorf("the operator's environment is %q, want %q", got, env)
+	}
 	exe, err := os.Readlink(proc + "/exe")
 	if err != nil {
 		return err
@@ -145,8 +160,12 @@ func runsImageBinary(pid, uid int) error {
 	if err != nil {
 		return err
 	}
-	if st, ok := fi.Sys().(*syscall.Stat_t); !ok || int(st.Uid) != uid {
-		return fmt.Errorf("the operator runs as %v, want the user %d", fi.Sys(), uid)
+	st, ok := fi.Sys().(*syscall.Stat_t)
+	if !ok {
+		return fmt.Errorf("%s: no owner", proc)
+	}
+	if int(st.Uid) != uid {
+		return fmt.Errorf("the operator runs as the user %d, want %d", st.Uid, uid)
 	}
 	return nil
 }
@@ -160,7 +179,7 @@ func kubeconfigOf(t *testing.T, path string, uid int) string {
 	must(t, err)
 	t.Cleanup(func() { _ = os.RemoveAll(dir) })
 	copied := filepath.Join(dir, "kubeconfig")
-	must(t, os.WriteFile(copied, b, 0o600))
+	must(t, os.WriteFile(copied, b, 0o600)) //nolint:gosec // copied is in a directory made here
 	must(t, os.Chown(copied, uid, uid))
 	must(t, os.Chown(dir, uid, uid))
 	return copied

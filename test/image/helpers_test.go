@@ -39,14 +39,13 @@ func succeed(t *testing.T, cmd *exec.Cmd) string {
 	return string(out)
 }
 
-// refused runs cmd, which must fail saying want, and returns its output.
-func refused(t *testing.T, cmd *exec.Cmd, want string) string {
+// refused runs cmd, which must fail saying want.
+func refused(t *testing.T, cmd *exec.Cmd, want string) {
 	t.Helper()
 	out, err := cmd.CombinedOutput()
 	if err == nil || !strings.Contains(string(out), want) {
 		t.Errorf("%s: %v, want a refusal that says %q:\n%s", strings.Join(cmd.Args, " "), err, want, out)
 	}
-	return string(out)
 }
 
 // checkout is a new checkout of HEAD (git worktree add), made with the

@@ -243,7 +243,7 @@ var hostBinary = func() func(t *testing.T) string {
 		t.Helper()
 		once.Do(func() {
 			dir := filepath.Join(built.tmp, "host")
-			if err = os.Mkdir(dir, 0o755); err == nil {
+			if err = os.Mkdir(dir, 0o750); err == nil {
 				path, err = ociimage.ExtractBinary(built.layout, dir)
 			}
 		})

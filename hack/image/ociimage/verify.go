@@ -35,7 +35,7 @@ func CheckLayoutIsTree(ctx context.Context, root, layoutDir string) (string, err
 	if err != nil {
 		return "", err
 	}
-	stale := fmt.Sprintf("the image in %s is not what the tree at %s builds (run `make image`, or unset %s): ", layoutDir, root, LayoutEnv)
+	stale := fmt.Sprintf("the image in %s is not what the tree at %s builds (build it again: `make image-for-tests` writes the tests' image; or unset %s): ", layoutDir, root, LayoutEnv)
 	if rev := m.Annotations[RevisionLabel]; rev != src.Revision {
 		return "", fmt.Errorf("%sits revision is %s, the tree's %s", stale, rev, src.Revision)
 	}
