@@ -8,7 +8,9 @@ GOLANGCI_LINT := $(BIN)/golangci-lint
 GOLANGCI_VERSION := v2.15.0
 # Packages that run with the race detector (the issue's list, plus the rest
 # of the operator's own code).
-RACE_PKGS     := ./latch/... ./queue/... ./controller/... ./kargo/... ./metrics/... ./api/... ./hack/... ./cli/...
+RACE_PKGS      = ./latch/... ./queue/... ./controller/... ./kargo/... ./metrics/... ./api/... $(HACK_PKGS) ./cli/...
+# hack/image has no tests of its own: test/image tests it, without -race.
+HACK_PKGS      = $(shell $(GO) list ./hack/... | grep -v '/hack/image')
 # Prometheus 3: promtool runs the rule tests, the server the alert
 # end-to-end tests. Both are built from the Go module test/tools/prometheus
 # pins.
@@ -19,7 +21,7 @@ FUZZTIME      ?= 30s
 # loss, an API server outage, and the bad-input corpus.
 RELIABILITY   := TestReliabilityKillScenario|TestReliabilityLeaderLoss|TestMalformedKargoObjectsAreRefused|TestExactlyOncePauseAcrossKills|TestLeaderElection|TestAPIServerOutage|TestReliabilityAPIServerOutage|TestRestartKeepsLatch|TestBadInputIsReportedAndHarmless|TestPauseBadInput|TestPauseCreatedAndDeletedAtOnce|TestStageDeletedWhilePaused|TestNamespaceDeletedMidScenario|TestHugeAnnotations|TestMarkVerifiedExactlyOnceAcrossKills
 
-.PHONY: all build test unit fuzz rules chart e2e test-reliability lint cluster demo bench generate clean prometheus image image-push image-test release
+.PHONY: all build test unit fuzz rules chart e2e test-reliability lint cluster demo bench generate clean prometheus image image-push image-test image-for-tests release
 
 all: build
 
@@ -39,8 +41,8 @@ fuzz:
 	$(GO) test -run='^$$' -fuzz='^FuzzStageCodec$$' -fuzztime=$(FUZZTIME) -fuzzminimizetime=2s ./kargo/
 
 # The Helm tests run the operator from the image's binary: the image
-# `make image` just wrote, which KARGO_LATCH_IMAGE hands them.
-e2e: cluster $(PROMETHEUS) $(PROMTOOL) $(BIN)/helm image
+# image-for-tests just wrote, which KARGO_LATCH_IMAGE hands them.
+e2e: cluster $(PROMETHEUS) $(PROMTOOL) $(BIN)/helm image-for-tests
 	$(IMAGE_ENV) $(GO) test -race -count=1 -timeout=15m -skip '^($(RELIABILITY))$$' $(E2E_PKGS)
 
 ## test-reliability: the failure-injection suite (docs/reliability.md); the
@@ -58,28 +60,43 @@ image:
 	$(GO) run ./hack/image build $(if $(VERSION),-version $(VERSION))
 
 ## image-push: build the image as version TAG and push it to
-## IMAGE=registry/name:TAG, with the docker config's credentials.
+## IMAGE=registry/name:TAG, with the docker config's credentials; or, with
+## LAYOUT=dir (a release's dist/release-<version>/image), push that layout
+## unchanged. Refused from a work tree with changes (ALLOW_DIRTY=1 allows
+## it) or with a Go toolchain other than go.mod's.
 image-push:
-	@test -n "$(IMAGE)" || { echo "usage: make image-push IMAGE=registry/name:tag"; exit 2; }
-	$(GO) run ./hack/image push -image $(IMAGE)
+	@test -n "$(IMAGE)" || { echo "usage: make image-push IMAGE=registry/name:tag [LAYOUT=dist/release-<tag>/image]"; exit 2; }
+	$(GO) run ./hack/image push -image $(IMAGE) $(if $(LAYOUT),-layout $(LAYOUT)) $(ALLOW_DIRTY_FLAG)
 
 ## image-test: the image's tests (test/image) on the image `make image`
-## writes: it validates, its configs and files, two builds give one digest,
-## a push and pull, the release bundle, the chart's default image. Without
-## -race, which makes reading the layers back take minutes.
-image-test: image $(BIN)/helm
-	$(IMAGE_ENV) $(GO) test -count=1 -timeout=10m ./test/image
+## builds, of the chart's appVersion whatever VERSION says, written to
+## dist/test/: it validates, its configs and files, it is the work tree's,
+## two builds give one digest, a push and pull, the release bundle, the
+## refusals to publish, the chart's default image. Without -race, which
+## makes reading the layers back take minutes.
+image-test: image-for-tests $(BIN)/helm
+	$(IMAGE_ENV) $(GO) test -count=1 -timeout=15m ./test/image
 
-## release: empty dist/, then write the release of VERSION=vX.Y.Z into it:
-## the image (layout and tarball), the chart packaged by helm with
-## appVersion VERSION, an SBOM per platform (SPDX, from the Go build
-## information in each binary) and checksums.txt. No network.
+## release: write the release of VERSION=vX.Y.Z into dist/release-VERSION/
+## (replacing a previous release there): the image (layout and tarball),
+## the chart packaged by helm with appVersion VERSION, an SBOM per platform
+## (SPDX, from the Go build information in each binary) and checksums.txt;
+## a commit gives the same files every time. Refused from a work tree with
+## changes (ALLOW_DIRTY=1 allows it) or with a Go toolchain other than
+## go.mod's. No network.
 release: $(BIN)/helm
 	@test -n "$(VERSION)" || { echo "usage: make release VERSION=vX.Y.Z"; exit 2; }
-	$(GO) run ./hack/image release -version $(VERSION) -helm $(BIN)/helm
+	$(GO) run ./hack/image release -version $(VERSION) -helm $(BIN)/helm $(ALLOW_DIRTY_FLAG)
 
-# What hands the tests the image `make image` wrote.
-IMAGE_ENV := KARGO_LATCH_IMAGE=$(CURDIR)/dist/image
+ALLOW_DIRTY_FLAG = $(if $(ALLOW_DIRTY),-allow-dirty)
+
+# The tests' image, in dist/test/: the chart's appVersion (the tag the
+# chart installs), never VERSION, and not `make image`'s dist/image.
+TEST_IMAGE_DIR := $(CURDIR)/dist/test
+image-for-tests:
+	$(GO) run ./hack/image build -out $(TEST_IMAGE_DIR)
+# What hands the tests that image.
+IMAGE_ENV := KARGO_LATCH_IMAGE=$(TEST_IMAGE_DIR)/image
 # The packages `make e2e` runs: test/image is `make image-test`'s.
 E2E_PKGS = $(shell $(GO) list ./test/... | grep -v '/test/image$$')
 

@@ -2,6 +2,8 @@ module github.com/kargo-latch/kargo-latch
 
 go 1.26.0
 
+toolchain go1.26.8
+
 require (
 	github.com/google/go-cmp v0.7.0
 	github.com/google/go-containerregistry v0.22.1

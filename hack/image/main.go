@@ -1,12 +1,15 @@
 // Command image builds kargo-latch's container image with Go alone (see
 // package ociimage), pushes it, and writes a release:
 //
-//	go run ./hack/image build   [-version V]          # make image: dist/image and dist/kargo-latch-image-V.tar
+//	go run ./hack/image build   [-version V]              # make image: dist/image and dist/kargo-latch-image-V.tar
 //	go run ./hack/image push    -image REGISTRY/NAME:TAG  # make image-push: builds as version TAG, pushes
-//	go run ./hack/image release -version vX.Y.Z       # make release: dist/ emptied, then the whole bundle
+//	go run ./hack/image push    -image REGISTRY/NAME:TAG -layout DIR  # pushes the layout DIR as it is
+//	go run ./hack/image release -version vX.Y.Z           # make release: dist/release-vX.Y.Z/, the whole bundle
 //
 // The version defaults to the chart's appVersion, the tag the chart's
-// defaults install.
+// defaults install. A release, and a push of what it builds, are refused
+// from a work tree with changes unless -allow-dirty, and with a toolchain
+// other than go.mod's.
 package main
 
 import (
@@ -16,7 +19,6 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
-	"strings"
 	"syscall"
 
 	"github.com/google/go-containerregistry/pkg/name"
@@ -40,41 +42,69 @@ func run(ctx context.Context, args []string) error {
 	}
 	fs := flag.NewFlagSet(args[0], flag.ContinueOnError)
 	version := fs.String("version", "", "the image's tag and version (default: the chart's appVersion)")
-	out := fs.String("out", "dist", "the output directory")
+	out := fs.String("out", "", "the output directory (default: build and push ROOT/dist, release ROOT/dist/release-VERSION)")
 	root := fs.String("root", ".", "the repository's root")
 	ref := fs.String("image", "", "push: where to push, registry/name:tag; the tag is the version built")
+	layoutDir := fs.String("layout", "", "push: push this image layout as it is (a release's image/) instead of building")
 	helm := fs.String("helm", "bin/helm", "release: the helm binary that packages the chart")
+	allowDirty := fs.Bool("allow-dirty", false, "release, push: publish from a work tree with changes (no commit gives the result)")
 	if err := fs.Parse(args[1:]); err != nil {
 		return err
+	}
+	if fs.NArg() > 0 {
+		return fmt.Errorf("unexpected arguments %q", fs.Args())
 	}
 	absRoot, err := filepath.Abs(*root)
 	if err != nil {
 		return err
 	}
+	if *out == "" {
+		*out = filepath.Join(absRoot, "dist")
+	}
 	switch args[0] {
 	case "build":
-		return build(ctx, absRoot, *version, *out)
+		src, err := ociimage.ReadSource(ctx, absRoot, *version)
+		if err != nil {
+			return err
+		}
+		return build(ctx, src, *out)
 	case "push":
 		tag, err := name.NewTag(*ref, name.StrictValidation)
 		if err != nil {
 			return fmt.Errorf("-image %q: want registry/name:tag: %w", *ref, err)
 		}
-		if err := build(ctx, absRoot, tag.TagStr(), *out); err != nil {
-			return err
+		if *layoutDir == "" {
+			src, err := ociimage.ReadSource(ctx, absRoot, tag.TagStr())
+			if err != nil {
+				return err
+			}
+			if err := src.CheckPublishable(*allowDirty); err != nil {
+				return fmt.Errorf("push: %w", err)
+			}
+			if err := build(ctx, src, *out); err != nil {
+				return err
+			}
+			*layoutDir = filepath.Join(*out, ociimage.LayoutDir)
 		}
-		digest, err := ociimage.Push(ctx, filepath.Join(*out, ociimage.LayoutDir), *ref)
+		digest, err := ociimage.Push(ctx, *layoutDir, *ref, *allowDirty)
 		if err != nil {
 			return err
 		}
 		fmt.Printf("pushed %s@%s\n", *ref, digest)
 		return nil
 	case "release":
-		src, err := ociimage.ReadSource(absRoot, *version)
+		if *version == "" {
+			return fmt.Errorf("release: -version vX.Y.Z is required")
+		}
+		if !isSet(fs, "out") {
+			*out = ociimage.ReleaseDir(absRoot, *version)
+		}
+		src, err := ociimage.ReadSource(ctx, absRoot, *version)
 		if err != nil {
 			return err
 		}
-		if *version == "" {
-			return fmt.Errorf("release: -version vX.Y.Z is required")
+		if err := src.CheckPublishable(*allowDirty); err != nil {
+			return fmt.Errorf("release: %w", err)
 		}
 		warnDirty(src)
 		digest, err := ociimage.Release(ctx, src, *out, *helm)
@@ -89,11 +119,13 @@ func run(ctx context.Context, args []string) error {
 	}
 }
 
-func build(ctx context.Context, root, version, out string) error {
-	src, err := ociimage.ReadSource(root, version)
-	if err != nil {
-		return err
-	}
+func isSet(fs *flag.FlagSet, name string) bool {
+	set := false
+	fs.Visit(func(f *flag.Flag) { set = set || f.Name == name })
+	return set
+}
+
+func build(ctx context.Context, src ociimage.Source, out string) error {
 	warnDirty(src)
 	work, err := os.MkdirTemp("", "kargo-latch-image-")
 	if err != nil {
@@ -130,7 +162,7 @@ func build(ctx context.Context, root, version, out string) error {
 }
 
 func warnDirty(src ociimage.Source) {
-	if strings.HasSuffix(src.Revision, "-dirty") {
+	if src.Dirty() {
 		fmt.Fprintf(os.Stderr, "hack/image: the work tree has changes: the image is labelled revision %s, and no commit alone gives it\n", src.Revision)
 	}
 }

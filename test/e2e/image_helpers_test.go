@@ -4,7 +4,11 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"path/filepath"
+	"slices"
+	"strings"
 	"sync"
+	"syscall"
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
@@ -16,42 +20,57 @@ import (
 // not from `go build`: the image `make image` wrote (the layout
 // $KARGO_LATCH_IMAGE names), or one built at first use, whose binary for
 // this machine's platform is extracted and run as a container of the
-// chart's Deployment runs it (no kubelet runs Pods here).
+// chart's Deployment runs it (no kubelet runs Pods here). The image must
+// be the work tree's: a layout left from another commit, or from before
+// the last change, fails the tests rather than stand in for the tree.
 
 var imageOperator struct {
 	once sync.Once
 	// name is the image's name, as containerd and Docker know it.
-	name    string
-	path    string
-	err     error
-	cleanup []func()
+	name string
+	// path is the extracted binary; sha256 that of /kargo-latch in the
+	// image's layer.
+	path, sha256 string
+	err          error
+	cleanup      []func()
 }
 
-// imageOperatorPath extracts the image's binary, once per test run.
+// imageOperatorPath extracts the image's binary, once per test run, after
+// checking that the image is what the work tree builds.
 func imageOperatorPath() (string, error) {
 	op := &imageOperator
 	op.once.Do(func() {
-		layout, cleanup, err := ociimage.LayoutForTests(context.Background(), env.cluster.Root)
-		if err != nil {
-			op.err = err
-			return
-		}
-		op.cleanup = append(op.cleanup, cleanup)
-		_, entry, err := ociimage.ReadLayout(layout)
-		if err != nil {
-			op.err = err
-			return
-		}
-		op.name = entry.Annotations["io.containerd.image.name"]
-		dir, err := os.MkdirTemp("", "kargo-latch-image-bin-")
-		if err != nil {
-			op.err = err
-			return
-		}
-		op.cleanup = append(op.cleanup, func() { _ = os.RemoveAll(dir) })
-		op.path, op.err = ociimage.ExtractBinary(layout, dir)
+		op.err = extractImageOperator(context.Background())
 	})
 	return imageOperator.path, imageOperator.err
+}
+
+func extractImageOperator(ctx context.Context) error {
+	op := &imageOperator
+	layout, cleanup, err := ociimage.LayoutForTests(ctx, env.cluster.Root)
+	if err != nil {
+		return err
+	}
+	op.cleanup = append(op.cleanup, cleanup)
+	if op.sha256, err = ociimage.CheckLayoutIsTree(ctx, env.cluster.Root, layout); err != nil {
+		return err
+	}
+	_, entry, err := ociimage.ReadLayout(layout)
+	if err != nil {
+		return err
+	}
+	op.name = entry.Annotations["io.containerd.image.name"]
+	dir, err := os.MkdirTemp("", "kargo-latch-image-bin-")
+	if err != nil {
+		return err
+	}
+	op.cleanup = append(op.cleanup, func() { _ = os.RemoveAll(dir) })
+	// The image's user runs it.
+	if err := os.Chmod(dir, 0o755); err != nil { //nolint:gosec // the binary is public
+		return err
+	}
+	op.path, err = ociimage.ExtractBinary(layout, dir)
+	return err
 }
 
 // removeImageOperator removes what imageOperatorPath made.
@@ -63,8 +82,13 @@ func removeImageOperator() {
 
 // runFromImage makes p run as the container c of a Deployment the chart
 // rendered: the binary of the image c names, as its entrypoint (c has no
-// command of its own), with p's args (the test passes c's) and c's
-// environment.
+// command of its own), with p's args (the test passes c's), and as a
+// container runtime runs it: with c's environment and HOME=/nonexistent
+// (the image's user's home) and nothing else, in /, and, when the tests
+// run as root, as the image's user (65532), which can read only the
+// kubeconfig that stands for the Pod's ServiceAccount. Once started, p is
+// checked to be running that binary: /proc/<pid>/exe is the extracted
+// file, with the sha256 of /kargo-latch in the image's layer.
 func runFromImage(t *testing.T, p *process, c corev1.Container) {
 	t.Helper()
 	_, err := imageOperatorPath()
@@ -84,5 +108,79 @@ func runFromImage(t *testing.T, p *process, c corev1.Container) {
 		}
 		p.env = append(p.env, fmt.Sprintf("%s=%s", e.Name, e.Value))
 	}
+	p.env = append(p.env, "HOME=/nonexistent")
+	p.dir = "/"
+	uid := os.Geteuid()
+	if uid == 0 {
+		uid = ociimage.NonrootID
+		p.cred = &syscall.Credential{Uid: ociimage.NonrootID, Gid: ociimage.NonrootID}
+		at := slices.Index(p.args, "--kubeconfig")
+		if at < 0 || at+1 >= len(p.args) {
+			t.Fatalf("the process has no --kubeconfig: %v", p.args)
+		}
+		p.args[at+1] = kubeconfigOf(t, p.args[at+1], ociimage.NonrootID)
+	}
 	p.binary = imageOperatorPath
+	p.verify = func(pid int) error { return runsImageBinary(pid, uid, p.env) }
+}
+
+// runsImageBinary checks that the process pid runs the image's binary,
+// as uid, in /, with the environment env and no other.
+func runsImageBinary(pid, uid int, env []string) error {
+	proc := fmt.Sprintf("/proc/%d", pid)
+	cwd, err := os.Readlink(proc + "/cwd")
+	if err != nil {
+		return err
+	}
+	if cwd != "/" {
+		return fmt.Errorf("the operator runs in %s, want /", cwd)
+	}
+	environ, err := os.ReadFile(proc + "/environ")
+	if err != nil {
+		return err
+	}
+	if got := strings.Split(strings.TrimSuffix(string(environ), "\x00"), "\x00"); !slices.Equal(got, env) {
+		return fmt.Errorf("the operator's environment is %q, want %q", got, env)
+	}
+	exe, err := os.Readlink(proc + "/exe")
+	if err != nil {
+		return err
+	}
+	if exe != imageOperator.path {
+		return fmt.Errorf("the operator runs %s, not the image's binary %s", exe, imageOperator.path)
+	}
+	sum, err := ociimage.FileSHA256(proc + "/exe")
+	if err != nil {
+		return err
+	}
+	if sum != imageOperator.sha256 {
+		return fmt.Errorf("the operator runs a binary of sha256 %s; the image's /kargo-latch has %s", sum, imageOperator.sha256)
+	}
+	fi, err := os.Stat(proc)
+	if err != nil {
+		return err
+	}
+	st, ok := fi.Sys().(*syscall.Stat_t)
+	if !ok {
+		return fmt.Errorf("%s: no owner", proc)
+	}
+	if int(st.Uid) != uid {
+		return fmt.Errorf("the operator runs as the user %d, want %d", st.Uid, uid)
+	}
+	return nil
+}
+
+// kubeconfigOf is a copy of the kubeconfig at path that only uid reads.
+func kubeconfigOf(t *testing.T, path string, uid int) string {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	must(t, err)
+	dir, err := os.MkdirTemp("", "kargo-latch-kubeconfig-")
+	must(t, err)
+	t.Cleanup(func() { _ = os.RemoveAll(dir) })
+	copied := filepath.Join(dir, "kubeconfig")
+	must(t, os.WriteFile(copied, b, 0o600)) //nolint:gosec // copied is in a directory made here
+	must(t, os.Chown(copied, uid, uid))
+	must(t, os.Chown(dir, uid, uid))
+	return copied
 }

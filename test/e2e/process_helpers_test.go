@@ -72,10 +72,15 @@ type process struct {
 	// metrics is where the process serves /metrics; empty when it does
 	// not (see newMeteredProcess).
 	metrics metricsAt
-	// binary is the executable to run; nil runs operatorPath's. env is
-	// added to the test's environment. See runFromImage.
+	// binary is the executable to run; nil runs operatorPath's. env,
+	// when not nil, is its whole environment; dir its working directory;
+	// cred its user. verify checks the process just started. See
+	// runFromImage.
 	binary func() (string, error)
 	env    []string
+	dir    string
+	cred   *syscall.Credential
+	verify func(pid int) error
 }
 
 func newProcess(t *testing.T, args ...string) *process {
@@ -123,17 +128,21 @@ func (p *process) launch() error {
 		return err
 	}
 	p.cmd = exec.Command(path, p.args...)
-	if p.env != nil {
-		p.cmd.Env = append(os.Environ(), p.env...)
-	}
+	p.cmd.Env, p.cmd.Dir = p.env, p.dir
 	p.cmd.Stdout, p.cmd.Stderr = p.log, p.log
-	p.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	p.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL, Credential: p.cred}
 	if err := p.cmd.Start(); err != nil {
 		return err
 	}
 	done := make(chan struct{})
 	p.done = done
 	go func(cmd *exec.Cmd) { _ = cmd.Wait(); close(done) }(p.cmd)
+	if p.verify != nil {
+		if err := p.verify(p.cmd.Process.Pid); err != nil {
+			p.kill()
+			return err
+		}
+	}
 	return nil
 }
 

@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
@@ -68,7 +69,7 @@ func TestImageValidates(t *testing.T) {
 func wantLabels(t *testing.T) map[string]string {
 	t.Helper()
 	head := gitOut(t, "rev-parse", "HEAD")
-	if gitOut(t, "status", "--porcelain") != "" {
+	if gitOut(t, "status", "--porcelain", "--untracked-files=all") != "" {
 		head += "-dirty"
 	}
 	created := gitOut(t, "log", "-1", "--format=%cd", "--date=format-local:%Y-%m-%dT%H:%M:%SZ", "HEAD")
@@ -77,7 +78,10 @@ func wantLabels(t *testing.T) map[string]string {
 	}
 	chart, err := ociimage.ReadChartDefaults(built.root)
 	must(t, err)
+	info, err := buildinfo.ReadFile(hostBinary(t))
+	must(t, err)
 	return map[string]string{
+		ociimage.GoVersionLabel:             info.GoVersion,
 		"org.opencontainers.image.source":   "https://github.com/kargo-latch/kargo-latch",
 		"org.opencontainers.image.version":  chart.AppVersion,
 		"org.opencontainers.image.revision": head,
@@ -230,12 +234,29 @@ func checkStatic(t *testing.T, p v1.Platform, binary string) {
 	}
 }
 
+// hostBinary is the image's binary for this machine, extracted once.
+var hostBinary = func() func(t *testing.T) string {
+	var once sync.Once
+	var path string
+	var err error
+	return func(t *testing.T) string {
+		t.Helper()
+		once.Do(func() {
+			dir := filepath.Join(built.tmp, "host")
+			if err = os.Mkdir(dir, 0o750); err == nil {
+				path, err = ociimage.ExtractBinary(built.layout, dir)
+			}
+		})
+		must(t, err)
+		return path
+	}
+}()
+
 // TestImageBinaryRuns: the binary for this machine, extracted from the
 // image, runs and says the image's version (stamped at link time).
 func TestImageBinaryRuns(t *testing.T) {
 	t.Parallel()
-	binary, err := ociimage.ExtractBinary(built.layout, t.TempDir())
-	must(t, err)
+	binary := hostBinary(t)
 	out, err := exec.Command(binary, "version", "--short").CombinedOutput()
 	if err != nil {
 		t.Fatalf("%s version: %v\n%s", binary, err, out)

@@ -31,6 +31,8 @@ var built struct {
 	index  v1.ImageIndex
 	// entry is the index's entry in index.json.
 	entry v1.Descriptor
+	// tmp is a directory the tests share, removed after them.
+	tmp string
 }
 
 func TestMain(m *testing.M) { os.Exit(run(m)) }
@@ -45,18 +47,27 @@ func run(m *testing.M) int {
 	return m.Run()
 }
 
-// setUp finds the image, and returns what removes it if it built it.
+// setUp finds the image, and returns what removes it if it built it, and
+// the shared temporary directory.
 func setUp() (cleanup func(), err error) {
 	root, err := filepath.Abs(filepath.Join("..", ".."))
 	if err != nil {
 		return nil, err
 	}
-	layout, cleanup, err := ociimage.LayoutForTests(context.Background(), root)
+	layout, removeLayout, err := ociimage.LayoutForTests(context.Background(), root)
 	if err != nil {
 		return nil, err
 	}
 	built.root, built.layout = root, layout
-	if built.source, err = ociimage.ReadSource(root, ""); err != nil {
+	if built.tmp, err = os.MkdirTemp("", "kargo-latch-image-tests-"); err != nil {
+		removeLayout()
+		return nil, err
+	}
+	cleanup = func() {
+		removeLayout()
+		_ = os.RemoveAll(built.tmp)
+	}
+	if built.source, err = ociimage.ReadSource(context.Background(), root, ""); err != nil {
 		cleanup()
 		return nil, err
 	}

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"log"
+	"maps"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -17,20 +18,25 @@ import (
 	"github.com/google/go-containerregistry/pkg/authn"
 	"github.com/google/go-containerregistry/pkg/name"
 	"github.com/google/go-containerregistry/pkg/registry"
+	v1 "github.com/google/go-containerregistry/pkg/v1"
+	"github.com/google/go-containerregistry/pkg/v1/empty"
+	"github.com/google/go-containerregistry/pkg/v1/layout"
+	"github.com/google/go-containerregistry/pkg/v1/mutate"
 	"github.com/google/go-containerregistry/pkg/v1/remote"
 	"github.com/google/go-containerregistry/pkg/v1/validate"
 
 	"github.com/kargo-latch/kargo-latch/hack/image/ociimage"
 )
 
-// TestPushAndPull: `make image-push`'s push, to an in-process registry
-// that requires basic auth, finds its credentials in the docker config
-// ($DOCKER_CONFIG); pulled back, the index has the built digest and
-// validates. A tag other than the image's version is refused before
-// anything is sent, so that the chart's image.tag always names a binary of
-// that version.
+// TestPushAndPull: `make image-push LAYOUT=…`'s push of a layout as it
+// is, to an in-process registry that requires basic auth, finds its
+// credentials in the docker config ($DOCKER_CONFIG); pulled back, the
+// index has the built digest and validates. A tag other than the image's
+// version is refused before anything is sent, so that the chart's
+// image.tag always names a binary of that version; so is an image built
+// from a work tree with changes (its revision label ends in -dirty),
+// unless the push allows it.
 func TestPushAndPull(t *testing.T) {
-	// Not parallel: it sets DOCKER_CONFIG for the process.
 	const user, password = "pusher", "s3cret"
 	var requests atomic.Int64
 	reg := registry.New(registry.Logger(log.New(io.Discard, "", 0)))
@@ -54,12 +60,16 @@ func TestPushAndPull(t *testing.T) {
 
 	ctx := context.Background()
 	ref := host + "/kargo-latch/kargo-latch:" + built.source.Version
-	pushed, err := ociimage.Push(ctx, built.layout, ref)
-	must(t, err)
+	push := []string{"push", "-layout", built.layout, "-image", ref}
+	if built.source.Dirty() {
+		// The image under test is the work tree's.
+		push = append(push, "-allow-dirty")
+	}
+	said := succeed(t, hackImage(nil, push...))
 	want, err := built.index.Digest()
 	must(t, err)
-	if pushed != want {
-		t.Errorf("pushed index %s, built %s", pushed, want)
+	if !strings.Contains(said, "pushed "+ref+"@"+want.String()) {
+		t.Errorf("the push says %q, want it to name %s@%s", said, ref, want)
 	}
 
 	tag, err := name.NewTag(ref)
@@ -77,11 +87,37 @@ func TestPushAndPull(t *testing.T) {
 	must(t, validate.Index(pulled))
 
 	before := requests.Load()
-	if _, err := ociimage.Push(ctx, built.layout, host+"/kargo-latch/kargo-latch:v9.9.9"); err == nil ||
+	if _, err := ociimage.Push(ctx, built.layout, host+"/kargo-latch/kargo-latch:v9.9.9", true); err == nil ||
 		!strings.Contains(err.Error(), "version") {
 		t.Errorf("pushing version %s as v9.9.9: %v, want a refusal that names the version", built.source.Version, err)
+	}
+	dirty := dirtyLayout(t)
+	if _, err := ociimage.Push(ctx, dirty, ref, false); err == nil || !strings.Contains(err.Error(), "-dirty") {
+		t.Errorf("pushing an image built from a work tree with changes: %v, want a refusal that names its revision", err)
 	}
 	if requests.Load() != before {
 		t.Error("a refused push reached the registry")
 	}
+	if _, err := ociimage.Push(ctx, dirty, ref, true); err != nil {
+		t.Errorf("pushing an image built from a work tree with changes, allowed: %v", err)
+	}
+}
+
+// dirtyLayout is a layout of the image under test, but labelled as built
+// from a work tree with changes.
+func dirtyLayout(t *testing.T) string {
+	t.Helper()
+	m, err := built.index.IndexManifest()
+	must(t, err)
+	labels := maps.Clone(m.Annotations)
+	labels[ociimage.RevisionLabel] = strings.TrimSuffix(labels[ociimage.RevisionLabel], "-dirty") + "-dirty"
+	idx, ok := mutate.Annotations(built.index, labels).(v1.ImageIndex)
+	if !ok {
+		t.Fatal("annotating the index")
+	}
+	dir := t.TempDir()
+	lp, err := layout.Write(dir, empty.Index)
+	must(t, err)
+	must(t, lp.AppendIndex(idx))
+	return dir
 }

@@ -8,6 +8,8 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
+	"strings"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
@@ -19,13 +21,30 @@ import (
 	"github.com/kargo-latch/kargo-latch/hack/image/ociimage"
 )
 
-// TestTwoBuildsGiveOneDigest: a second `make image` of the same work
-// tree, later and into another directory, gives the same index digest and
-// a byte-identical tarball.
+// TestTwoBuildsGiveOneDigest: a second `make image` of the same commit
+// gives the same index digest and a byte-identical tarball, though it is
+// made later, from another checkout of the commit, into another
+// directory, checked out and built with umask 077, in another time zone,
+// and with a go env file (what `go env -w` writes) that sets
+// GOFLAGS=-tags=x and GOFIPS140=latest, each of which changes a binary.
+// Skipped when the work tree has changes: a checkout of the commit does
+// not hold them.
 func TestTwoBuildsGiveOneDigest(t *testing.T) {
 	t.Parallel()
+	if built.source.Dirty() {
+		t.Skipf("the work tree has changes (%s): a checkout of HEAD builds another image", built.source.Changes[0])
+	}
+	goEnv := filepath.Join(t.TempDir(), "go.env")
+	must(t, os.WriteFile(goEnv, []byte("GOFLAGS=-tags=x\nGOFIPS140=latest\n"), 0o644))
+	source := checkout(t, "077")
 	out := t.TempDir()
-	must(t, ociimage.RunBuild(context.Background(), built.root, out))
+	cmd := withUmask(hackImage([]string{"GOENV=" + goEnv, "TZ=Pacific/Kiritimati"}, "build", "-root", source, "-out", out), "077")
+	// The go env file speaks for these, not the test's environment.
+	cmd.Env = slices.DeleteFunc(cmd.Env, func(kv string) bool {
+		return strings.HasPrefix(kv, "GOFLAGS=") || strings.HasPrefix(kv, "GOFIPS140=")
+	})
+	succeed(t, cmd)
+
 	again, _, err := ociimage.ReadLayout(filepath.Join(out, ociimage.LayoutDir))
 	must(t, err)
 	first, err := built.index.Digest()
@@ -33,15 +52,25 @@ func TestTwoBuildsGiveOneDigest(t *testing.T) {
 	second, err := again.Digest()
 	must(t, err)
 	if first != second {
-		t.Errorf("two builds of one work tree: index %s, then %s", first, second)
+		t.Errorf("two builds of one commit: index %s, then %s", first, second)
 	}
 	a, err := ociimage.FileSHA256(built.tarball)
 	must(t, err)
 	b, err := ociimage.FileSHA256(filepath.Join(out, ociimage.TarballName(built.source.Version)))
 	must(t, err)
 	if a != b {
-		t.Errorf("two builds of one work tree: tarballs of sha256 %s, then %s", a, b)
+		t.Errorf("two builds of one commit: tarballs of sha256 %s, then %s", a, b)
 	}
+}
+
+// TestImageIsTheTree: the image under test is what the work tree builds
+// now: its revision label is the tree's and its binary for this machine
+// is the one a build of the tree gives. A layout left from an earlier
+// commit would otherwise be tested in the tree's stead.
+func TestImageIsTheTree(t *testing.T) {
+	t.Parallel()
+	_, err := ociimage.CheckLayoutIsTree(context.Background(), built.root, built.layout)
+	must(t, err)
 }
 
 // TestTarballLoads: the tarball is what both of Docker's image stores and

@@ -52,12 +52,24 @@ var (
 	group  = fmt.Sprintf("nonroot:x:%d:\n", NonrootID)
 )
 
+// The labels of the image's version (its tag) and revision (the commit,
+// with -dirty when the work tree differed from it).
+const (
+	VersionLabel  = "org.opencontainers.image.version"
+	RevisionLabel = "org.opencontainers.image.revision"
+)
+
+// GoVersionLabel is the label that names the Go toolchain that built the
+// binary, which the binary's build information records too.
+const GoVersionLabel = "io.github.kargo-latch.go-version"
+
 // Labels are the image's OCI labels, also the index's annotations.
 func Labels(src Source) map[string]string {
 	return map[string]string{
+		GoVersionLabel:                      src.GoVersion,
 		"org.opencontainers.image.source":   SourceURL,
-		"org.opencontainers.image.version":  src.Version,
-		"org.opencontainers.image.revision": src.Revision,
+		VersionLabel:                        src.Version,
+		RevisionLabel:                       src.Revision,
 		"org.opencontainers.image.created":  src.Created.Format(time.RFC3339),
 		"org.opencontainers.image.licenses": License,
 	}
@@ -99,34 +111,20 @@ func Build(ctx context.Context, src Source, workDir string) (*Image, error) {
 
 // BuildBinary cross-compiles ./cmd/kargo-latch for p into out: static
 // (CGO_ENABLED=0), without the build's paths (-trimpath) or VCS stamp (the
-// labels carry the revision), without symbols (-s -w), and from an
-// environment cleared of the Go settings that change the output
-// (GOFLAGS, GOAMD64, GOARM64, GOEXPERIMENT).
+// labels carry the revision), without symbols (-s -w), and with every Go
+// setting that changes the output fixed (see buildEnv).
 func BuildBinary(ctx context.Context, src Source, p v1.Platform, out string) error {
+	env, err := buildEnv(ctx, src.Root, p)
+	if err != nil {
+		return err
+	}
 	cmd := exec.CommandContext(ctx, "go", "build", "-trimpath", "-buildvcs=false",
 		"-ldflags", "-s -w -X main.version="+src.Version, "-o", out, "./cmd/kargo-latch")
-	cmd.Dir = src.Root
-	cmd.Env = append(cleanGoEnv(os.Environ()), "CGO_ENABLED=0", "GOOS="+p.OS, "GOARCH="+p.Architecture,
-		"GOFLAGS=", "GOAMD64=v1", "GOARM64=v8.0", "GOEXPERIMENT=")
+	cmd.Dir, cmd.Env = src.Root, env
 	if b, err := cmd.CombinedOutput(); err != nil {
 		return fmt.Errorf("go build for %s: %w\n%s", p, err, b)
 	}
 	return nil
-}
-
-// cleanGoEnv drops the variables BuildBinary sets, so that the
-// environment's own values cannot win.
-func cleanGoEnv(env []string) []string {
-	var kept []string
-	for _, kv := range env {
-		name, _, _ := strings.Cut(kv, "=")
-		switch name {
-		case "CGO_ENABLED", "GOOS", "GOARCH", "GOFLAGS", "GOAMD64", "GOARM64", "GOEXPERIMENT":
-		default:
-			kept = append(kept, kv)
-		}
-	}
-	return kept
 }
 
 // platformImage is the image for p: FROM scratch, one layer.

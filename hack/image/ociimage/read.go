@@ -173,10 +173,12 @@ func LayoutForTests(ctx context.Context, root string) (layoutDir string, cleanup
 }
 
 // RunBuild runs `go run ./hack/image build -out out` in root: the image of
-// `make image`, written under out.
-func RunBuild(ctx context.Context, root, out string) error {
+// `make image`, written under out. env is added to this process's
+// environment.
+func RunBuild(ctx context.Context, root, out string, env ...string) error {
 	cmd := exec.CommandContext(ctx, "go", "run", "./hack/image", "build", "-out", out)
 	cmd.Dir = root
+	cmd.Env = append(os.Environ(), env...)
 	if b, err := cmd.CombinedOutput(); err != nil {
 		return fmt.Errorf("go run ./hack/image build: %w\n%s", err, b)
 	}

@@ -95,12 +95,12 @@ func SBOM(src Source, p v1.Platform, binaryPath string) ([]byte, error) {
 	}
 	binary := SPDXPackage{
 		Name: info.Main.Path, SPDXID: "SPDXRef-Package-kargo-latch", VersionInfo: src.Version,
-		DownloadLocation: "git+" + SourceURL + "@" + strings.TrimSuffix(src.Revision, "-dirty"),
+		DownloadLocation: downloadLocation(src),
 		LicenseConcluded: License, LicenseDeclared: License, CopyrightText: "NOASSERTION",
 		Checksums:    []SPDXChecksum{{Algorithm: "SHA256", ChecksumValue: hex.EncodeToString(sum[:])}},
 		ExternalRefs: []SPDXExternalRef{purl(info.Main.Path, src.Version)},
 		Comment: fmt.Sprintf("The binary %s of the image for %s, revision %s, built with %s: %s",
-			Entrypoint, p, src.Revision, info.GoVersion, strings.Join(settings, " ")),
+			Entrypoint, p, revisionSaid(src), info.GoVersion, strings.Join(settings, " ")),
 	}
 	doc := SPDX{
 		SPDXVersion: "SPDX-2.3", DataLicense: "CC0-1.0", SPDXID: "SPDXRef-DOCUMENT",
@@ -111,7 +111,7 @@ func SBOM(src Source, p v1.Platform, binaryPath string) ([]byte, error) {
 			Created:  src.Created.UTC().Format(time.RFC3339),
 			Creators: []string{"Tool: kargo-latch-hack-image (Go build information, debug/buildinfo)"},
 		},
-		Packages: []SPDXPackage{binary, module("stdlib", info.GoVersion, "SPDXRef-Package-stdlib")},
+		Packages: []SPDXPackage{binary, stdlib(info.GoVersion)},
 		Relationships: []SPDXRelationship{
 			{"SPDXRef-DOCUMENT", "DESCRIBES", binary.SPDXID},
 			{binary.SPDXID, "DEPENDS_ON", "SPDXRef-Package-stdlib"},
@@ -129,12 +129,40 @@ func SBOM(src Source, p v1.Platform, binaryPath string) ([]byte, error) {
 	return append(out, '\n'), err
 }
 
+// downloadLocation is where the binary's source is: the commit, unless the
+// work tree had changes, when no place holds it.
+func downloadLocation(src Source) string {
+	if src.Dirty() {
+		return "NOASSERTION"
+	}
+	return "git+" + SourceURL + "@" + src.Revision
+}
+
+// revisionSaid is the revision, and whether the work tree differed from it.
+func revisionSaid(src Source) string {
+	if src.Dirty() {
+		return src.Revision + " (the commit plus the work tree's changes, which no commit holds)"
+	}
+	return src.Revision
+}
+
 func module(path, version, id string) SPDXPackage {
 	return SPDXPackage{
 		Name: path, SPDXID: id, VersionInfo: version, DownloadLocation: "NOASSERTION",
 		LicenseConcluded: "NOASSERTION", LicenseDeclared: "NOASSERTION", CopyrightText: "NOASSERTION",
 		ExternalRefs: []SPDXExternalRef{purl(path, version)},
 	}
+}
+
+// stdlib is the toolchain's standard library: versionInfo as Go names its
+// versions (go1.26.8), the purl with the version alone (1.26.8), as purl's
+// golang type and the vulnerability databases write it.
+func stdlib(goVersion string) SPDXPackage {
+	pkg := module("stdlib", goVersion, "SPDXRef-Package-stdlib")
+	// A toolchain with experiments says so after a space: "go1.26.8 X:…".
+	release, _, _ := strings.Cut(goVersion, " ")
+	pkg.ExternalRefs = []SPDXExternalRef{purl("stdlib", strings.TrimPrefix(release, "go"))}
+	return pkg
 }
 
 // purl is a Go module's package URL (pkg:golang/…@version).
