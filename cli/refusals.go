@@ -1,8 +1,10 @@
 package cli
 
 import (
+	"context"
 	"fmt"
 	"sync"
+	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 )
@@ -15,12 +17,23 @@ import (
 // cannot do without (the Stage, its StagePauses: 403 or 404), ends it with
 // the API server's message; a source it can do without (Promotions,
 // Freight) is dropped, with a warning, as when it cannot be read at start.
+//
+// A refusal ends the wait only when a read of the same source, made
+// refusalGrace later, is refused too: a kube-apiserver that has just
+// restarted may refuse for a moment while its authenticators (OIDC) and
+// its RBAC caches start, and a wait rides a restart out.
+
+// refusalGrace is how long after a refusal that would end the wait the
+// wait reads the source again, to confirm it.
+const refusalGrace = 2 * time.Second
 
 // refusal is one request of a source that the API server refused.
 type refusal struct {
 	resource string
 	required bool
 	err      error
+	// readAgain reads the source once, as its informer lists it.
+	readAgain func(context.Context) error
 }
 
 // ends reports whether the wait cannot go on after the refusal.
@@ -53,27 +66,29 @@ func (r *refusals) take() []refusal {
 	return out
 }
 
-// hearing is what a source of the waiter hears every request with:
+// hearing is what the source spec of the waiter hears every request with:
 // reachability hears them all, and a refusal is kept for the loop, which it
 // wakes.
-func (w *waiter) hearing(resource string, required bool) func(error) {
+func (w *waiter) hearing(spec sourceSpec, required bool) func(error) {
 	return func(err error) {
 		w.reach.heard(err)
 		if isRefusal(err) {
-			w.refused.add(refusal{resource: resource, required: required, err: err})
+			w.refused.add(refusal{resource: spec.gvr.Resource, required: required, err: err, readAgain: spec.readOnce})
 			w.reach.notify()
 		}
 	}
 }
 
 // actOnRefusals ends the wait on the first refusal it cannot go on after,
-// and drops each optional source refused, saying so. A source dropped
-// already (or never started) is not dropped again.
-func (w *waiter) actOnRefusals() error {
+// once confirmed, and drops each optional source refused, saying so. A
+// source dropped already (or never started) is not dropped again.
+func (w *waiter) actOnRefusals(ctx context.Context) error {
 	for _, r := range w.refused.take() {
 		switch {
 		case r.ends():
-			return fmt.Errorf("%s: %w", w.name(), w.refusedError(r.err, r.resource))
+			if err := w.confirmRefusal(ctx, r); err != nil {
+				return fmt.Errorf("%s: %w", w.name(), err)
+			}
 		case r.resource == resourcePromotions && w.promotions != nil:
 			w.promotions.stop()
 			w.promotions = nil
@@ -83,6 +98,22 @@ func (w *waiter) actOnRefusals() error {
 		}
 	}
 	return nil
+}
+
+// confirmRefusal reads the refused source again refusalGrace later: the
+// refusal then, if there is one, ends the wait (nil when the wait ended
+// meanwhile: its end says why).
+func (w *waiter) confirmRefusal(ctx context.Context, r refusal) error {
+	select {
+	case <-ctx.Done():
+		return nil
+	case <-time.After(refusalGrace):
+	}
+	err := r.readAgain(ctx)
+	if again := (refusal{resource: r.resource, required: r.required, err: err}); isRefusal(err) && again.ends() {
+		return w.refusedError(err, r.resource)
+	}
+	return nil // it answers, or does not answer at all (reachability's to judge)
 }
 
 // refusedError says what the API server refused, and what the wait needs.

@@ -29,6 +29,8 @@ type refusingAPI struct {
 	mu      sync.Mutex
 	refused map[string]error // by resource; "*" for all
 	watches map[string][]watch.Interface
+	// refusals counts the requests refused.
+	refusals int
 }
 
 func newRefusingAPI(objs ...runtime.Object) *refusingAPI {
@@ -59,17 +61,25 @@ func newRefusingAPI(objs ...runtime.Object) *refusingAPI {
 func (a *refusingAPI) refusal(resource string) error {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	if err := a.refused["*"]; err != nil {
-		return err
+	err := a.refused["*"]
+	if err == nil {
+		err = a.refused[resource]
 	}
-	return a.refused[resource]
+	if err != nil {
+		a.refusals++
+	}
+	return err
 }
 
-// refuse refuses resource ("*": all) from now on, and breaks its watches.
+// refuse refuses resource ("*": all) from now on, and breaks its watches;
+// a nil err answers again.
 func (a *refusingAPI) refuse(resource string, err error) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	a.refused[resource] = err
+	if err == nil {
+		return
+	}
 	for r, ws := range a.watches {
 		if resource == "*" || r == resource {
 			for _, w := range ws {
@@ -148,5 +158,40 @@ func TestWaitGoesOnWithoutPromotionsRefusedMidWait(t *testing.T) {
 	}
 	if n := strings.Count(w.stderr.String(), "warning: cannot watch promotions"); n != 1 {
 		t.Errorf("%d warnings about promotions, want 1:\n%s", n, w.stderr.String())
+	}
+}
+
+// A kube-apiserver that has just restarted may refuse for a moment (its
+// authenticators and RBAC caches start): a refusal that the API server no
+// longer makes when the wait reads the source again does not end it.
+func TestWaitRidesOutAMomentaryRefusal(t *testing.T) {
+	t.Parallel()
+	api := newRefusingAPI(prodStage(kargoView{last: promo1, lastPhase: promotionSucceeded}, cycleOf(promo1, latch.PhasePromoted, nil)))
+	w := startWait(t.Context(), api.client, waitOptions{condition: "latched", unreachable: time.Hour})
+	w.progressed(t, "is Promoted")
+	api.refuse("*", apierrors.NewUnauthorized("authenticator not ready"))
+	waitRefused(t, api)
+	api.refuse("*", nil)
+	updateStage(t, api.client, prodStage(kargoView{last: promo1, lastPhase: promotionSucceeded}, cycleOf(promo1, latch.PhaseLatched, nil)))
+	if err := w.result(t); err != nil {
+		t.Fatalf("wait: %v, want it to ride a momentary refusal out", err)
+	}
+}
+
+// waitRefused waits until the fake API server has refused a request.
+func waitRefused(t *testing.T, api *refusingAPI) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		api.mu.Lock()
+		n := api.refusals
+		api.mu.Unlock()
+		if n > 0 {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("no request was refused")
+		}
+		time.Sleep(5 * time.Millisecond)
 	}
 }

@@ -71,7 +71,9 @@ API server has not answered for --unreachable-timeout (default 1m; a
 refusal such as 403 is an answer), whatever --timeout says. A refusal in
 the middle of a wait ends it (exit 1, with the API server's message) when
 the credentials are refused (401) or the Stage or its StagePauses may not
-be read; Promotions and Freight it goes on without, and says so.
+be read, and a read 2s later is refused too (an API server that has just
+restarted may refuse for a moment); Promotions and Freight it goes on
+without, and says so.
 
 Exit codes:
   0    reached
@@ -179,7 +181,7 @@ func (o *waitOptions) wait(ctx context.Context, client dynamic.Interface, ns, st
 		return o.ended(ctx, w, last, err)
 	}
 	for {
-		if err := w.actOnRefusals(); err != nil {
+		if err := w.actOnRefusals(ctx); err != nil {
 			return err
 		}
 		w.followFreight(ctx)
@@ -259,7 +261,9 @@ func (w *waiter) name() string { return "stage " + w.ns + "/" + w.stage }
 // watching is what the waiter's source of gvr watches; required, when the
 // wait cannot go on without it.
 func (w *waiter) watching(gvr schema.GroupVersionResource, tweak func(*metav1.ListOptions), required bool) sourceSpec {
-	return sourceSpec{client: w.client, gvr: gvr, ns: w.ns, tweak: tweak, changed: w.changed, heard: w.hearing(gvr.Resource, required)}
+	spec := sourceSpec{client: w.client, gvr: gvr, ns: w.ns, tweak: tweak, changed: w.changed}
+	spec.heard = w.hearing(spec, required)
+	return spec
 }
 
 // probe reads the Stage once: whether the API server answers.
