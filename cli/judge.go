@@ -306,7 +306,8 @@ func kargoHoldsOf(u *unstructured.Unstructured) []kargo.AutoPromotionHold {
 }
 
 // holdsSentence says, for people, that Kargo holds auto-promotion of the
-// Stage and how to release it, as the StageResumed Event does.
+// Stage and how to release it, as the StageResumed Event does (which puts
+// the release first and names at most a few holds, to fit an Event).
 func holdsSentence(u *unstructured.Unstructured, holds []kargo.AutoPromotionHold) string {
 	held := make([]string, len(holds))
 	for i, h := range holds {
