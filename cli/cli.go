@@ -28,7 +28,7 @@ const (
 	// or failed.
 	ExitTimeout = 3
 	// ExitHeld: wait --for=resumed found no StagePause covering the Stage,
-	// but Kargo's own auto-promotion hold (Kargo v1.11+) still stops
+	// but Kargo's own auto-promotion hold (Kargo v1.11.1+) still stops
 	// auto-promotion from at least one origin. Only a person releases such
 	// a hold, so the wait ends at once rather than hang the pipeline.
 	ExitHeld = 4

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"slices"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -16,7 +17,7 @@ import (
 	"github.com/kargo-latch/kargo-latch/kargo"
 )
 
-// Kargo (v1.11+) holds auto-promotion from an origin after a person
+// Kargo (v1.11.1+) holds auto-promotion from an origin after a person
 // promoted other Freight than its candidate: a rollback during a pause
 // does that, and the hold outlives the StagePause. kargo-latch never writes
 // these holds; status, resume and wait --for=resumed show them, so that
@@ -102,4 +103,50 @@ func sayHolds(ctx context.Context, client dynamic.Interface, ns, stage string, o
 			fmt.Fprintf(out, "Stage %s: %s\n", u.GetName(), holdsSentence(u, holds))
 		}
 	}
+}
+
+// pendingIntent says which person's Promotion makes or releases a hold
+// that the Stage does not show yet; "" when there is none. Kargo recomputes
+// its effective holds only when it reconciles the Stage, overlaying, per
+// origin, the newest non-aborted Promotion newer than lastPromotion that
+// carries a hold or resume intent. So right after "kargo promote" of the
+// candidate the Stage still shows the hold that Promotion releases, and
+// right after a rollback's it does not show the hold yet: a wait for
+// resumed must neither end held nor end resumed on that.
+func pendingIntent(u *unstructured.Unstructured, holds []kargo.AutoPromotionHold, promotions []promotion) string {
+	last := ""
+	if st := kargo.StatusFromUnstructured(u); st != nil && st.LastPromotion != nil {
+		last = st.LastPromotion.Name
+	}
+	newest := map[string]promotion{} // by origin
+	for _, p := range promotions {
+		if p.Phase == promotionAborted || p.Target != "" || p.Name <= last {
+			continue
+		}
+		for _, origin := range []string{p.Hold, p.Resume} {
+			if n, ok := newest[origin]; origin != "" && (!ok || p.Name > n.Name) {
+				newest[origin] = p
+			}
+		}
+	}
+	for _, origin := range sortedOrigins(newest) {
+		p := newest[origin]
+		isHeld := slices.ContainsFunc(holds, func(h kargo.AutoPromotionHold) bool { return h.Origin == origin })
+		switch {
+		case p.Resume == origin && isHeld:
+			return fmt.Sprintf("Kargo has yet to take in promotion %s, which releases its hold on auto-promotion from %s", p.Name, origin)
+		case p.Hold == origin && !isHeld:
+			return fmt.Sprintf("Kargo has yet to take in promotion %s, which makes it hold auto-promotion from %s", p.Name, origin)
+		}
+	}
+	return ""
+}
+
+func sortedOrigins(m map[string]promotion) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	return keys
 }

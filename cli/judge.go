@@ -60,10 +60,16 @@ const (
 // promotion is what wait reads of a Promotion object.
 type promotion struct {
 	Name, Stage, Freight string
+	// Target is spec.target: a Promotion of a target-aware Stage, which
+	// Kargo leaves out of its holds.
+	Target string
 	// Phase is status.phase; empty until Kargo has seen the Promotion,
 	// which is Pending to Kargo.
 	Phase   string
 	Message string
+	// Hold and Resume are the origin keys of the intent Kargo's webhook
+	// stamped on a person's Promotion; empty when none.
+	Hold, Resume string
 }
 
 func promotionOf(u *unstructured.Unstructured) promotion {
@@ -71,8 +77,10 @@ func promotionOf(u *unstructured.Unstructured) promotion {
 		s, _, _ := unstructured.NestedString(u.Object, path...)
 		return s
 	}
-	return promotion{Name: u.GetName(), Stage: str("spec", "stage"), Freight: str("spec", "freight"),
-		Phase: str("status", "phase"), Message: str("status", "message")}
+	a := u.GetAnnotations()
+	return promotion{Name: u.GetName(), Stage: str("spec", "stage"), Freight: str("spec", "freight"), Target: str("spec", "target"),
+		Phase: str("status", "phase"), Message: str("status", "message"),
+		Hold: a[kargo.HoldIntentAnnotation], Resume: a[kargo.ResumeIntentAnnotation]}
 }
 
 // sighting is what wait has seen: the inputs of judge.
@@ -83,6 +91,9 @@ type sighting struct {
 	// promotion is the Promotion object wait is pinned to, nil when it is
 	// not seen (not yet, gone, or not allowed to be read).
 	promotion *promotion
+	// promotions are the Stage's Promotion objects, for a wait for
+	// resumed: their intents tell a hold Kargo has yet to show or drop.
+	promotions []promotion
 	// verifiedIn reports whether a Freight's status.verifiedIn has the
 	// Stage, and its verifiedAt (nil when absent); nil when Freight are not
 	// read.
@@ -265,9 +276,13 @@ func judgePause(cond condition, s sighting) verdict {
 	}
 	holds := kargoHoldsOf(s.stage)
 	switch {
-	case len(pauses) == 0 && cond == forResumed && len(holds) > 0:
-		return verdict{held, "the Stage is not paused, but " + holdsSentence(s.stage, holds)}
 	case len(pauses) == 0 && cond == forResumed:
+		if pending := pendingIntent(s.stage, holds, s.promotions); pending != "" {
+			return verdict{waiting, "the Stage is not paused; " + pending}
+		}
+		if len(holds) > 0 {
+			return verdict{held, "the Stage is not paused, but " + holdsSentence(s.stage, holds)}
+		}
 		return verdict{reached, "the Stage is not paused"}
 	case len(pauses) == 0:
 		return verdict{waiting, "the Stage is not paused"}
@@ -291,7 +306,8 @@ func kargoHoldsOf(u *unstructured.Unstructured) []kargo.AutoPromotionHold {
 }
 
 // holdsSentence says, for people, that Kargo holds auto-promotion of the
-// Stage and how to release it, as the StageResumed Event does.
+// Stage and how to release it, as the StageResumed Event does (which puts
+// the release first and names at most a few holds, to fit an Event).
 func holdsSentence(u *unstructured.Unstructured, holds []kargo.AutoPromotionHold) string {
 	held := make([]string, len(holds))
 	for i, h := range holds {

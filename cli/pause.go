@@ -160,10 +160,12 @@ func resumeCmd(kube *kubeFlags) *cobra.Command {
 kargo-latch then asks Kargo to re-attempt auto-promotion at once. This needs
 "delete" on stagepauses (ClusterRole kargo-latch-resumer).
 
-Kargo itself (v1.11+) holds auto-promotion from an origin after a person
+Kargo itself (v1.11.1+) holds auto-promotion from an origin after a person
 promoted other Freight than its candidate, e.g. a rollback during the pause;
 such a hold outlives the StagePause. resume then says so, names the hold
-and says how to release it (reading the Stage needs "get" on stages).`,
+and says how to release it. Reading the Stage needs "get" on stages ("list"
+with --all), which kargo-latch-resumer grants; without it, resume warns that
+it could not look.`,
 		ValidArgsFunction: kube.completeStages,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return resume(cmd.Context(), kube, all, args, cmd.OutOrStdout(), cmd.ErrOrStderr())

@@ -51,6 +51,10 @@ type reachability struct {
 	probe   func(context.Context) error
 	changed chan<- struct{}
 	lost    chan struct{}
+	// probing is the context of the probe: close cancels it, so that a
+	// wait that ended does not linger on a last read.
+	probing    context.Context
+	stopProbes context.CancelFunc
 
 	mu sync.Mutex
 	// since is when the API server first did not answer, after its last
@@ -60,11 +64,43 @@ type reachability struct {
 	// round counts the times the API server stopped answering, so that the
 	// timer of an earlier round gives nothing up.
 	round int
+	// timer gives up at the end of the current round; nil between rounds.
+	timer clock.Timer
 	gone  bool
+	// closed is set once the wait ended: nothing is given up any more.
+	closed bool
 }
 
 func newReachability(c clock.WithDelayedExecution, bound time.Duration, probe func(context.Context) error, changed chan<- struct{}) *reachability {
-	return &reachability{clock: c, bound: bound, probe: probe, changed: changed, lost: make(chan struct{})}
+	probing, stopProbes := context.WithCancel(context.Background())
+	return &reachability{clock: c, bound: bound, probe: probe, changed: changed, lost: make(chan struct{}),
+		probing: probing, stopProbes: stopProbes}
+}
+
+// close ends the watch over the API server when the wait ends: nothing is
+// given up any more, a last read under way is cancelled, and the round's
+// timer is stopped.
+func (r *reachability) close() {
+	r.mu.Lock()
+	r.closed = true
+	timer := r.takeTimer()
+	r.mu.Unlock()
+	r.stopProbes()
+	stop(timer)
+}
+
+// takeTimer takes the round's timer away, for stop: a timer is stopped
+// without the lock held, as the timer's function takes it.
+func (r *reachability) takeTimer() clock.Timer {
+	t := r.timer
+	r.timer = nil
+	return t
+}
+
+func stop(t clock.Timer) {
+	if t != nil {
+		t.Stop()
+	}
 }
 
 // heard records the outcome of one request.
@@ -72,14 +108,21 @@ func (r *reachability) heard(err error) {
 	if errors.Is(err, context.Canceled) {
 		return // the wait, or one of its watches, ended: no news
 	}
+	stop(r.record(err))
+}
+
+// record records the outcome of one request, and returns the timer of a
+// round that ended, to stop.
+func (r *reachability) record(err error) clock.Timer {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	switch {
-	case r.gone:
+	case r.gone || r.closed:
 	case answered(err):
 		if !r.since.IsZero() {
 			r.since = time.Time{}
 			r.notify()
+			return r.takeTimer()
 		}
 	default:
 		r.err = err
@@ -87,19 +130,20 @@ func (r *reachability) heard(err error) {
 			r.since = r.clock.Now()
 			r.round++
 			round := r.round
-			r.clock.AfterFunc(r.bound, func() { r.expire(round) })
+			r.timer = r.clock.AfterFunc(r.bound, func() { r.expire(round) })
 			r.notify()
 		}
 	}
+	return nil
 }
 
 // expire gives up, when the API server has still not answered since the
 // round began, and does not answer the probe.
 func (r *reachability) expire(round int) {
-	if !r.failingIn(round) {
+	if !r.firedIn(round) {
 		return
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), probeTimeout)
+	ctx, cancel := context.WithTimeout(r.probing, probeTimeout)
 	err := r.probe(ctx)
 	cancel()
 	if answered(err) {
@@ -108,17 +152,23 @@ func (r *reachability) expire(round int) {
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if r.round != round || r.since.IsZero() || r.gone {
-		return // it answered meanwhile
+	if r.round != round || r.since.IsZero() || r.gone || r.closed {
+		return // it answered meanwhile, or the wait ended
 	}
 	r.err, r.gone = err, true
 	close(r.lost)
 }
 
-func (r *reachability) failingIn(round int) bool {
+// firedIn reports whether the API server has still not answered since
+// round began, whose timer fired (nothing is left to stop).
+func (r *reachability) firedIn(round int) bool {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	return r.round == round && !r.since.IsZero() && !r.gone
+	if r.round != round || r.since.IsZero() || r.gone || r.closed {
+		return false
+	}
+	r.timer = nil
+	return true
 }
 
 // unreachable is closed once the wait gives up.

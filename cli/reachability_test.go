@@ -120,3 +120,49 @@ func TestReachabilityProbesBeforeGivingUp(t *testing.T) {
 		t.Errorf("a canceled request counted as a failure: %q", r.state())
 	}
 }
+
+// Review finding L9: a wait that ended stops its round's timer, and
+// cancels a last read under way: nothing of it outlives the wait.
+func TestReachabilityCloseStopsTheTimerAndTheProbe(t *testing.T) {
+	probed := make(chan struct{}, 1)
+	clock := clocktesting.NewFakeClock(now)
+	r := newReachability(clock, time.Minute, func(ctx context.Context) error {
+		probed <- struct{}{}
+		<-ctx.Done() // the API server does not answer the last read
+		return ctx.Err()
+	}, make(chan struct{}, 1))
+
+	r.heard(refused)
+	if !clock.HasWaiters() {
+		t.Fatal("no timer for the round")
+	}
+	r.heard(nil) // an answer ends the round: its timer goes
+	if clock.HasWaiters() {
+		t.Error("the timer of a round that ended is still pending")
+	}
+
+	r.heard(refused)
+	stepped := make(chan struct{})
+	go func() { clock.Step(time.Minute); close(stepped) }() // the timer fires: the last read
+	select {
+	case <-probed:
+	case <-time.After(10 * time.Second):
+		t.Fatal("no last read at the bound")
+	}
+	r.close()
+	select {
+	case <-stepped:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the last read was not cancelled when the wait ended")
+	}
+	if isLost(r) {
+		t.Error("gave up after the wait ended")
+	}
+
+	r2 := newReachability(clock, time.Minute, func(context.Context) error { return refused }, make(chan struct{}, 1))
+	r2.heard(refused)
+	r2.close()
+	if clock.HasWaiters() {
+		t.Error("the round's timer is still pending after the wait ended")
+	}
+}

@@ -44,9 +44,7 @@ type sourceSpec struct {
 // holds what the API server has. It first lists once, so that a missing
 // right is an error now, not a watch that retries forever.
 func watchSource(ctx context.Context, spec sourceSpec) (*source, error) {
-	probe := metav1.ListOptions{Limit: 1}
-	spec.tweakOptions(&probe)
-	_, err := spec.client.Resource(spec.gvr).Namespace(spec.ns).List(ctx, probe)
+	err := spec.readOnce(ctx)
 	spec.hear(err)
 	if err != nil {
 		return nil, err
@@ -104,6 +102,15 @@ func (spec sourceSpec) start(ctx context.Context) (*source, error) {
 	ctx, cancel := context.WithCancel(ctx)
 	go informer.RunWithContext(ctx)
 	return &source{informer: informer, cancel: cancel}, nil
+}
+
+// readOnce lists what the source watches, one object at most: whether it
+// may be read.
+func (spec sourceSpec) readOnce(ctx context.Context) error {
+	probe := metav1.ListOptions{Limit: 1}
+	spec.tweakOptions(&probe)
+	_, err := spec.client.Resource(spec.gvr).Namespace(spec.ns).List(ctx, probe)
+	return err
 }
 
 func (spec sourceSpec) tweakOptions(o *metav1.ListOptions) {

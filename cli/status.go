@@ -34,7 +34,7 @@ type StageStatus struct {
 	Reason  string   `json:"reason,omitempty"`
 	Pauses  []string `json:"pauses,omitempty"`
 	// KargoHolds are Kargo's own auto-promotion holds on the Stage (Kargo
-	// v1.11+): a StagePause's resume does not end them.
+	// v1.11.1+): a StagePause's resume does not end them.
 	KargoHolds []KargoHold `json:"kargoHolds,omitempty"`
 	Since      *time.Time  `json:"since,omitempty"`
 	LatchedAt  *time.Time  `json:"latchedAt,omitempty"`
@@ -83,7 +83,7 @@ Columns:
   REASON    the pause's reason, else the failure's.
   PAUSES    the StagePauses that cover the Stage.
   HELD      the Warehouses from which Kargo itself holds auto-promotion of
-            the Stage (Kargo v1.11+, status.effectiveAutoPromotionHolds):
+            the Stage (Kargo v1.11.1+, status.effectiveAutoPromotionHolds):
             after a person promoted other Freight than the candidate, e.g.
             a rollback during a pause. Resuming a pause does not end such a
             hold; the lines below the table say what each is and how to

@@ -14,15 +14,12 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime/schema"
-	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/utils/clock"
 
 	"github.com/kargo-latch/kargo-latch/api/v1alpha1"
 	"github.com/kargo-latch/kargo-latch/kargo"
-	"github.com/kargo-latch/kargo-latch/latch"
 )
 
 const waitHelp = `Waits until a Stage reaches a condition, then exits 0. Exits non-zero, with
@@ -49,10 +46,15 @@ Conditions (--for):
   paused    a StagePause covers the Stage: its own, or the project-wide one.
   resumed   no StagePause covers the Stage (one being deleted no longer does).
             If Kargo itself still holds auto-promotion of the Stage (Kargo
-            v1.11+ holds an origin after a person promoted other Freight
+            v1.11.1+ holds an origin after a person promoted other Freight
             than its candidate, e.g. a rollback during the pause), wait
-            exits 4 at once and says how to release the hold: only a person
-            releases it, so waiting on would only hang the pipeline.
+            exits 4 and says how to release the hold: only a person
+            releases it, so waiting on would only hang the pipeline. Kargo
+            shows a hold made or released by a person's promotion only
+            once it has reconciled the Stage after the promotion was
+            created: while a newer promotion of the Stage says a hold is
+            coming or going and the Stage does not show it yet, wait waits
+            (it reads the Stage's Promotions when it may).
 
 Which cycle: the Stage's current promotion is the newest (in Kargo's name
 order, aborted ones aside) of the Stage's Promotions, its running and last
@@ -66,7 +68,12 @@ Stage shows (running or last), and says so.
 
 The API server going away: wait rides out a restart, and exits 1 once the
 API server has not answered for --unreachable-timeout (default 1m; a
-refusal such as 403 is an answer), whatever --timeout says.
+refusal such as 403 is an answer), whatever --timeout says. A refusal in
+the middle of a wait ends it (exit 1, with the API server's message) when
+the credentials are refused (401) or the Stage or its StagePauses may not
+be read, and a read 2s later is refused too (an API server that has just
+restarted may refuse for a moment); Promotions and Freight it goes on
+without, and says so.
 
 Exit codes:
   0    reached
@@ -161,6 +168,7 @@ func (o *waitOptions) wait(ctx context.Context, client dynamic.Interface, ns, st
 	w := &waiter{client: client, ns: ns, stage: stage, cond: condition(o.condition), target: o.promotion,
 		stderr: stderr, changed: make(chan struct{}, 1)}
 	w.reach = newReachability(clock.RealClock{}, o.unreachableTimeout(), w.probe, w.changed)
+	defer w.reach.close()
 	go func() {
 		select {
 		case <-w.reach.unreachable():
@@ -173,8 +181,14 @@ func (o *waitOptions) wait(ctx context.Context, client dynamic.Interface, ns, st
 		return o.ended(ctx, w, last, err)
 	}
 	for {
+		if err := w.actOnRefusals(ctx); err != nil {
+			return err
+		}
 		w.followFreight(ctx)
 		v := judge(w.cond, w.target, w.sight())
+		if v.outcome == held {
+			v = w.confirmHeld(ctx, v)
+		}
 		switch v.outcome {
 		case reached:
 			_, err := fmt.Fprintf(stdout, "%s: %s\n", w.name(), v.message)
@@ -237,15 +251,19 @@ type waiter struct {
 
 	changed                    chan struct{}
 	reach                      *reachability
+	refused                    refusals
 	stages, pauses, promotions *source
 	freight                    freightSources
 }
 
 func (w *waiter) name() string { return "stage " + w.ns + "/" + w.stage }
 
-// watching is what the waiter's source of gvr watches.
-func (w *waiter) watching(gvr schema.GroupVersionResource, tweak func(*metav1.ListOptions)) sourceSpec {
-	return sourceSpec{client: w.client, gvr: gvr, ns: w.ns, tweak: tweak, changed: w.changed, heard: w.reach.heard}
+// watching is what the waiter's source of gvr watches; required, when the
+// wait cannot go on without it.
+func (w *waiter) watching(gvr schema.GroupVersionResource, tweak func(*metav1.ListOptions), required bool) sourceSpec {
+	spec := sourceSpec{client: w.client, gvr: gvr, ns: w.ns, tweak: tweak, changed: w.changed}
+	spec.heard = w.hearing(spec, required)
+	return spec
 }
 
 // probe reads the Stage once: whether the API server answers.
@@ -256,23 +274,23 @@ func (w *waiter) probe(ctx context.Context) error {
 
 func (w *waiter) start(ctx context.Context) error {
 	var err error
-	if w.stages, err = watchSource(ctx, w.watching(kargo.StagesResource, byName(w.stage))); err != nil {
-		return w.required(err, "stages")
+	if w.stages, err = watchSource(ctx, w.watching(kargo.StagesResource, byName(w.stage), true)); err != nil {
+		return w.required(err, resourceStages)
 	}
 	if len(w.stages.objects()) == 0 {
 		return fmt.Errorf("no such Stage %s in project %s", w.stage, w.ns)
 	}
 	if !w.cond.ofCycle() {
-		if w.pauses, err = watchSource(ctx, w.watching(v1alpha1.StagePausesResource, nil)); err != nil {
-			return w.required(err, "stagepauses")
+		if w.pauses, err = watchSource(ctx, w.watching(v1alpha1.StagePausesResource, nil, true)); err != nil {
+			return w.required(err, resourceStagePauses)
+		}
+		if w.cond == forResumed {
+			return w.watchPromotions(ctx)
 		}
 		return nil
 	}
-	selectPromotions := w.promotionSelector()
-	if w.promotions, err = watchSource(ctx, w.watching(kargo.PromotionsResource, selectPromotions)); err != nil {
-		if err := w.optional(ctx, err, "promotions", "it knows only the promotions the Stage shows (running or last)"); err != nil {
-			return err
-		}
+	if err := w.watchPromotions(ctx); err != nil {
+		return err
 	}
 	if w.target == "" {
 		w.target = currentPromotion(w.stage, w.stageObject(), w.stagePromotions())
@@ -282,56 +300,46 @@ func (w *waiter) start(ctx context.Context) error {
 	return nil
 }
 
-// promotionSelector selects the pinned promotion, or the Stage's, by the
-// label Kargo's webhook gives every Promotion; all of the project's when
-// the Stage's name is too long for a label value.
-func (w *waiter) promotionSelector() func(*metav1.ListOptions) {
-	if w.target != "" {
-		return byName(w.target)
+// watchPromotions watches the Stage's Promotions, or goes on without them.
+func (w *waiter) watchPromotions(ctx context.Context) error {
+	var err error
+	if w.promotions, err = watchSource(ctx, w.watching(kargo.PromotionsResource, w.promotionSelector(), false)); err != nil {
+		return w.optional(ctx, err, resourcePromotions, w.withoutPromotions())
 	}
-	if len(validation.IsValidLabelValue(w.stage)) > 0 {
-		return nil
+	return nil
+}
+
+// withoutPromotions says what a wait that cannot read Promotions knows.
+func (w *waiter) withoutPromotions() string {
+	if w.cond == forResumed {
+		return "it knows Kargo's holds only as the Stage shows them, which Kargo updates when it reconciles the Stage"
 	}
-	selector := labels.SelectorFromSet(labels.Set{kargo.StageLabel: w.stage}).String()
-	return func(o *metav1.ListOptions) { o.LabelSelector = selector }
+	return "it knows only the promotions the Stage shows (running or last)"
 }
 
 func (w *waiter) required(err error, resource string) error {
-	if apierrors.IsForbidden(err) {
-		return fmt.Errorf("forbidden: wait needs get, list and watch on %s in namespace %s: %s", resource, w.ns, apiMessage(err))
+	if isRefusal(err) {
+		return w.refusedError(err, resource)
 	}
 	return err
 }
 
 // optional reports a source that cannot be watched and lets the wait go on
-// without it, unless the wait ended meanwhile.
+// without it, unless the wait ended meanwhile or the credentials were
+// refused.
 func (w *waiter) optional(ctx context.Context, err error, resource, without string) error {
 	if ctx.Err() != nil {
 		return err
 	}
-	fmt.Fprintf(w.stderr, "warning: cannot watch %s in namespace %s (%s); %s\n", resource, w.ns, apiMessage(err), without)
+	if apierrors.IsUnauthorized(err) {
+		return w.refusedError(err, resource)
+	}
+	w.warnWithout(err, resource, without)
 	return nil
 }
 
-// checkPinned refuses a --promotion that names no promotion of the Stage,
-// as far as the waiter can tell.
-func (w *waiter) checkPinned() error {
-	p := w.promotion()
-	switch {
-	case p != nil && p.Stage != "" && p.Stage != w.stage:
-		return fmt.Errorf("promotion %s is for Stage %s, not %s", w.target, p.Stage, w.stage)
-	case p != nil || w.promotions == nil:
-		return nil
-	}
-	u := w.stageObject()
-	if rec, err := latch.Decode(u.GetAnnotations()[kargo.StateAnnotation]); err == nil && rec.Promotion == w.target {
-		return nil
-	}
-	if st := kargo.StatusFromUnstructured(u); st != nil &&
-		(st.CurrentPromotion == w.target || st.LastPromotion != nil && st.LastPromotion.Name == w.target) {
-		return nil
-	}
-	return fmt.Errorf("no such promotion %s of Stage %s in project %s", w.target, w.stage, w.ns)
+func (w *waiter) warnWithout(err error, resource, without string) {
+	fmt.Fprintf(w.stderr, "warning: cannot watch %s in namespace %s (%s); %s\n", resource, w.ns, apiMessage(err), without)
 }
 
 // sight is what the waiter sees now.
@@ -340,10 +348,27 @@ func (w *waiter) sight() sighting {
 	if w.pauses != nil {
 		s.pauses = pausesOf(w.pauses.objects())
 	}
-	if w.cond == forVerified {
+	switch w.cond {
+	case forVerified:
 		s.verifiedIn = w.freight.verifiedIn(w.ns, w.stage)
+	case forResumed:
+		s.promotions = w.stagePromotions()
 	}
 	return s
+}
+
+// confirmHeld reads the Stage anew before a wait for resumed ends held: the
+// watch may not have brought the Stage's latest state yet, and a hold is
+// the one end a person has to act on. It judges that state; a failed read
+// leaves v as it is.
+func (w *waiter) confirmHeld(ctx context.Context, v verdict) verdict {
+	u, err := w.client.Resource(kargo.StagesResource).Namespace(w.ns).Get(ctx, w.stage, metav1.GetOptions{})
+	if err != nil {
+		return v
+	}
+	s := w.sight()
+	s.stage = u
+	return judge(w.cond, w.target, s)
 }
 
 func (w *waiter) stageObject() *unstructured.Unstructured { return w.stages.get(w.ns, w.stage) }
@@ -369,34 +394,4 @@ func (w *waiter) stagePromotions() []promotion {
 		}
 	}
 	return out
-}
-
-// currentPromotion is the promotion whose cycle an unpinned wait for
-// latched or verified waits for: the newest, in Kargo's name order, of the
-// Stage's Promotions, its running and last promotion and its record's
-// promotion, leaving out aborted ones (an aborted Promotion never ran; one
-// drained while queued becomes the Stage's last promotion all the same).
-// Empty when the Stage has none: the wait follows its current cycle.
-func currentPromotion(stage string, u *unstructured.Unstructured, promotions []promotion) string {
-	newest := ""
-	consider := func(name, phase string) {
-		if phase != promotionAborted && name > newest {
-			newest = name
-		}
-	}
-	if rec, err := latch.Decode(u.GetAnnotations()[kargo.StateAnnotation]); err == nil {
-		consider(rec.Promotion, "")
-	}
-	if st := kargo.StatusFromUnstructured(u); st != nil {
-		consider(st.CurrentPromotion, "")
-		if lp := st.LastPromotion; lp != nil {
-			consider(lp.Name, lp.Phase)
-		}
-	}
-	for _, p := range promotions {
-		if p.Stage == stage {
-			consider(p.Name, p.Phase)
-		}
-	}
-	return newest
 }

@@ -4,10 +4,8 @@ import (
 	"context"
 	"fmt"
 	"slices"
-	"sync"
 	"time"
 
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 
 	"github.com/kargo-latch/kargo-latch/kargo"
@@ -20,28 +18,9 @@ import (
 // (RBAC resourceNames allow a list and watch selected by name).
 type freightSources struct {
 	byName map[string]*source
-	// off is set once Freight cannot be read: only kargo-latch's marks
-	// count then.
+	// off is set once Freight cannot be read (a refusal: actOnRefusals):
+	// only kargo-latch's marks count then.
 	off bool
-
-	mu sync.Mutex
-	// refused is the first refusal heard by a source (a reflector's
-	// goroutine); followFreight acts on it.
-	refused error
-}
-
-func (f *freightSources) refuse(err error) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	if f.refused == nil {
-		f.refused = err
-	}
-}
-
-func (f *freightSources) refusal() error {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	return f.refused
 }
 
 // followFreight watches the Freight of the cycle the wait judges now, and
@@ -49,10 +28,6 @@ func (f *freightSources) refusal() error {
 func (w *waiter) followFreight(ctx context.Context) {
 	f := &w.freight
 	if w.cond != forVerified || f.off {
-		return
-	}
-	if err := f.refusal(); err != nil {
-		w.freightOff(fmt.Errorf("%s", apiMessage(err)))
 		return
 	}
 	want := cycleFreight(w.stageObject())
@@ -66,15 +41,7 @@ func (w *waiter) followFreight(ctx context.Context) {
 		if f.byName[name] != nil {
 			continue
 		}
-		spec := w.watching(kargo.FreightsResource, byName(name))
-		spec.heard = func(err error) {
-			w.reach.heard(err)
-			if apierrors.IsForbidden(err) {
-				f.refuse(err)
-				w.reach.notify()
-			}
-		}
-		s, err := spec.start(ctx)
+		s, err := w.watching(kargo.FreightsResource, byName(name), false).start(ctx)
 		if err != nil {
 			w.freightOff(err)
 			return

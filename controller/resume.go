@@ -104,23 +104,31 @@ func (c *Controller) releaseOrphan(ctx context.Context, p *v1alpha1.StagePause) 
 }
 
 // resumedMessage is the message of the StageResumed Event. A person who
-// rolled back while the Stage was paused made Kargo (v1.11+) hold
+// rolled back while the Stage was paused made Kargo (v1.11.1+) hold
 // auto-promotion from that origin, and that hold outlives the StagePause:
 // the Event then says so, and how to release it, so that nobody wonders why
 // nothing flows after the resume. kargo-latch never releases it itself.
+// How to release comes before the holds, and the list stops after a few:
+// an Event's message is cut at a kilobyte, and a Stage name alone may take
+// a quarter of it.
 func resumedMessage(stage *kargo.Stage) string {
 	const resumed = "The last StagePause covering the Stage was deleted; Kargo was asked to refresh it and may auto-promote again"
 	if stage.Status == nil || len(stage.Status.Holds) == 0 {
 		return resumed
 	}
-	held := make([]string, len(stage.Status.Holds))
-	for i, h := range stage.Status.Holds {
-		held[i] = h.Describe()
+	holds := stage.Status.Holds
+	held := make([]string, 0, min(len(holds), maxHoldsNamed))
+	for _, h := range holds[:min(len(holds), maxHoldsNamed)] {
+		held = append(held, h.Describe())
 	}
-	return fmt.Sprintf("%s. But Kargo itself still holds auto-promotion from %s: to release it, %s",
-		resumed, truncate(strings.Join(held, "; "), maxHoldsMessage), kargo.HoldRelease(stage.Namespace, stage.Name))
+	list := strings.Join(held, "; ")
+	if more := len(holds) - len(held); more > 0 {
+		list += fmt.Sprintf("; and %d more", more)
+	}
+	return fmt.Sprintf("%s. But Kargo itself still holds auto-promotion: to release it, %s. Kargo's holds: %s",
+		resumed, kargo.HoldRelease(stage.Namespace, stage.Name), list)
 }
 
-// maxHoldsMessage keeps a StageResumed Event of a Stage held from many
-// origins within about a kilobyte, as Events are meant to be short.
-const maxHoldsMessage = 512
+// maxHoldsNamed is how many holds the StageResumed Event names; kargo-latch
+// status shows them all.
+const maxHoldsNamed = 3

@@ -12,13 +12,25 @@ import (
 // auto-promotion candidate (a rollback, the natural move in an incident)
 // makes Kargo hold auto-promotion from that origin until someone promotes
 // the candidate again. Kargo keeps the holds it honours in
-// status.effectiveAutoPromotionHolds (v1.11.1+; recomputed on every pass
-// from the durable status.autoPromotionHolds). A hold made while kargo-latch
-// pauses the Stage outlives the StagePause, so kargo-latch shows it wherever
-// it speaks of a resume. It never writes one.
+// status.effectiveAutoPromotionHolds (v1.11.1+), which it recomputes on
+// every pass of the Stage: the durable status.autoPromotionHolds, overlaid
+// with the newest intent of a person's Promotion newer than lastPromotion
+// (so a hold shows as soon as Kargo has seen the rollback's Promotion, and
+// a release as soon as it has seen the candidate's). A hold made while
+// kargo-latch pauses the Stage outlives the StagePause, so kargo-latch
+// shows it wherever it speaks of a resume. It never writes one.
 
 // HoldsField is where Kargo keeps the holds it honours, under status.
 const HoldsField = "effectiveAutoPromotionHolds"
+
+// The intent Kargo's webhook stamps on a person's Promotion when it is
+// created (while auto-promotion is enabled), each valued with an origin key
+// ("Warehouse/<name>"): a hold when the Freight is not the origin's
+// auto-promotion candidate, a resume (the hold's release) when it is.
+const (
+	HoldIntentAnnotation   = "kargo.akuity.io/auto-promotion-hold"
+	ResumeIntentAnnotation = "kargo.akuity.io/auto-promotion-resume"
+)
 
 // AutoPromotionHold is one of Kargo's own auto-promotion holds on a Stage:
 // Kargo auto-promotes nothing from Origin while it lasts.

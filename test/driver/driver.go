@@ -230,7 +230,14 @@ func (s *Stage) FinishPromotion(ctx context.Context, phase string) (name string,
 	} else {
 		status["health"] = map[string]any{"status": kargo.HealthUnknown, "issues": []any{IssueLastPromotionFailed}}
 	}
-	return name, s.patchStatus(ctx, status)
+	rest, err := s.replayIntent(ctx, name, phase, status) // a person's Promotion: holds.go
+	if err != nil {
+		return "", err
+	}
+	if err := s.patchStatus(ctx, status); err != nil || rest == nil {
+		return name, err
+	}
+	return name, rest(ctx)
 }
 
 // ReplayOlderSuccess reproduces Kargo's replay-order quirk: an older

@@ -35,7 +35,7 @@ func TestCLIWaitVerifiedAfterARollback(t *testing.T) {
 	must(t, prod.SetHealth(ctx, kargo.HealthHealthy))
 	waitPhase(t, prod, latch.PhaseLatched)
 
-	rollback, err := prod.StartPromotionOf(ctx, good)
+	rollback, err := prod.StartPromotionOf(ctx, good, "kubernetes:dev")
 	must(t, err)
 	_, err = prod.FinishPromotion(ctx, "Succeeded")
 	must(t, err)

@@ -3,6 +3,7 @@ package e2e
 import (
 	"encoding/json"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -252,4 +253,56 @@ func TestMarkVerifiedGuardAllowsOnlyNewVerifiedInEntries(t *testing.T) {
 	if at, _ := verifiedAt(f, "qa"); at != "2026-11-30T09:00:00Z" {
 		t.Errorf("the added entry reads %q", at)
 	}
+}
+
+// Review finding M4: the shipped kargo-latch-resumer role lets resume see
+// Kargo's own holds. A resumer bound to that role alone resumes a Stage
+// Kargo holds, and resume names the hold without a warning. The role reads
+// Stages and never writes them.
+func TestResumerRoleSeesKargosHolds(t *testing.T) {
+	t.Parallel()
+	ns := env.newProject(t)
+	startOperator(t, ns, fastSettings())
+	prod := env.latchedStages(t, ns, "prod")[0]
+	good, err := prod.CurrentFreight(ctx)
+	must(t, err)
+	rollback, err := prod.StartPromotionOf(ctx, good, "kubernetes:dev")
+	must(t, err)
+	_, err = prod.FinishPromotion(ctx, "Succeeded")
+	must(t, err)
+	if _, errOut, code := runCLI(t, env.cluster.UserConfig(devToken), "pause", "prod", "-n", ns); code != 0 {
+		t.Fatalf("pause: exit %d: %s", code, errOut)
+	}
+	waitPaused(t, prod, true)
+
+	out, errOut, code := runCLI(t, env.cluster.UserConfig(resumerToken), "resume", "prod", "-n", ns)
+	hold := "Stage prod: Kargo itself still holds auto-promotion from Warehouse/warehouse at Freight " + good + " (by kubernetes:dev, promotion " + rollback
+	if code != 0 || !strings.Contains(out, "Stage prod resumed") || !strings.Contains(out, hold) || errOut != "" {
+		t.Errorf("resume by the shipped resumer role: exit %d, stdout %q, stderr %q; want the hold, and no warning", code, out, errOut)
+	}
+	waitPaused(t, prod, false)
+
+	stages := func(verb string) authorizationv1.ResourceAttributes {
+		return authorizationv1.ResourceAttributes{Namespace: ns, Verb: verb, Group: kargo.GroupVersion.Group, Resource: "stages"}
+	}
+	for a, want := range map[authorizationv1.ResourceAttributes]bool{
+		stages("get"): true, stages("list"): true, stages("watch"): true,
+		stages("update"): false, stages("patch"): false, stages("delete"): false, stages("promote"): false,
+		{Namespace: ns, Verb: "patch", Group: kargo.GroupVersion.Group, Resource: "stages", Subresource: "status"}: false,
+		{Namespace: ns, Verb: "create", Group: kargo.GroupVersion.Group, Resource: "promotions"}:                   false,
+	} {
+		if got := mayUser(t, "resumer", a); got != want {
+			t.Errorf("the shipped resumer role may %s %s/%s: %v, want %v", a.Verb, a.Resource, a.Subresource, got, want)
+		}
+	}
+}
+
+// mayUser asks the apiserver whether the test user may do a.
+func mayUser(t *testing.T, user string, a authorizationv1.ResourceAttributes) bool {
+	t.Helper()
+	sar, err := env.kube.AuthorizationV1().SubjectAccessReviews().Create(ctx, &authorizationv1.SubjectAccessReview{
+		Spec: authorizationv1.SubjectAccessReviewSpec{User: user, Groups: []string{"system:authenticated"}, ResourceAttributes: &a},
+	}, metav1.CreateOptions{})
+	must(t, err)
+	return sar.Status.Allowed
 }
