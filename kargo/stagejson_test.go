@@ -89,6 +89,37 @@ func stageDocs() map[string]string {
 	} {
 		docs["health output: "+name] = `{"metadata": {"name": "a"}, "status": {"health": {"status": "Progressing", "output": ` + output + `}}}`
 	}
+	// The health checks the last promotion left, beside the health output
+	// (as in TestMirrorCountsHealthChecksAndOutputs).
+	const argoCD = `{"applicationStatuses": [{"Name": "a", "Namespace": "argocd", "health": {"status": "Healthy"}, "sync": {"status": "Synced"}}]}`
+	const check = `{"uses": "argocd-update", "config": {"apps": [{"name": "a", "namespace": "argocd"}]}}`
+	for name, tc := range map[string]struct{ healthChecks, output string }{
+		"one check, its output":             {`[` + check + `]`, `[` + argoCD + `]`},
+		"two checks, one output":            {`[` + check + `,` + check + `]`, `[` + argoCD + `]`},
+		"no checks recorded":                {`null`, `[` + argoCD + `]`},
+		"an empty array":                    {`[]`, `[]`},
+		"checks and output of other shapes": {`[1, "x"]`, `[1, "x", {}]`},
+		"neither an array":                  {`{"uses": "x"}`, `"Healthy"`},
+		"a string":                          {`"x"`, `null`},
+	} {
+		docs["health checks: "+name] = `{"metadata": {"name": "a"}, "status": {"lastPromotion": {"name": "p", "status": {"phase": "Succeeded", "healthChecks": ` +
+			tc.healthChecks + `}}, "health": {"status": "Progressing", "output": ` + tc.output + `}}}`
+	}
+	docs["health checks: no status of the last promotion"] = `{"metadata": {"name": "a"}, "status": {"lastPromotion": {"name": "p", "status": null}}}`
+	// A kept garbage record, which the mirror leaves out (as in
+	// TestMirrorLeavesOutTheKeptGarbage), beside the record and other keys.
+	for name, annotations := range map[string]string{
+		"beside a record": `{"kargo-latch.io/state": "{\"version\":1,\"phase\":\"Latched\",\"promotion\":\"p\"}",
+			"kargo-latch.io/invalid-state": "{\"version\":1,\"phase\":\"Failed\",\"note\":\"` + strings.Repeat("x", 1<<10) + `",
+			"kargo-latch.io/latch-deadline": "10m", "example.com/foreign": "x"}`,
+		"alone":      `{"kargo-latch.io/invalid-state": "garbage"}`,
+		"empty":      `{"kargo-latch.io/invalid-state": ""}`,
+		"mistyped":   `{"kargo-latch.io/invalid-state": 5, "kargo-latch.io/state": "{}"}`,
+		"null":       `{"kargo-latch.io/invalid-state": null}`,
+		"misspelled": `{"kargo-latch.io/Invalid-State": "garbage", "Kargo-latch.io/invalid-state": "garbage"}`,
+	} {
+		docs["kept garbage: "+name] = `{"metadata": {"name": "a", "annotations": ` + annotations + `}}`
+	}
 	return docs
 }
 

@@ -291,4 +291,24 @@ func TestKargoControllersSettingRefusesABadRegex(t *testing.T) {
 	if err == nil || !strings.Contains(string(out), "error parsing regexp: missing closing )") {
 		t.Errorf("helm template with the regex (: %v, want it refused naming the regex's error\n%s", err, out)
 	}
+	// The chart writes the setting into r'''…''' literals too, and so
+	// refuses what would end one, or make a username of nothing, or split
+	// one username into two.
+	for _, tc := range []struct {
+		set, want string
+	}{
+		{`pauseGate.kargoControllerRegex=o'brien`, "pauseGate.kargoControllerRegex may not hold a single quote"},
+		{`pauseGate.kargoControllers[0]=o'brien`, `pauseGate.kargoControllers[0]: "o'brien" is not a username`},
+		{`pauseGate.kargoControllers[0]=`, `pauseGate.kargoControllers[0]: "" is not a username`},
+		{`pauseGate.kargoControllers[0]=a\,b`, `pauseGate.kargoControllers[0]: "a,b" is not a username`},
+	} {
+		out, err := helmCommand(t.TempDir(), "template", "kargo-latch", filepath.Join(env.cluster.Root, chartPath),
+			"--set", tc.set).CombinedOutput()
+		switch {
+		case err == nil:
+			t.Errorf("helm template --set %s rendered, want it refused with %q", tc.set, tc.want)
+		case !strings.Contains(string(out), tc.want):
+			t.Errorf("helm template --set %s: %v, want it refused with %q\n%s", tc.set, err, tc.want, out)
+		}
+	}
 }

@@ -167,6 +167,40 @@ func TestGatePeopleRefusesKargoAPIServer(t *testing.T) {
 		}
 		return err == nil
 	})
+	// PromotionRequests (what a target-aware Stage's promotion is) are
+	// gated as Promotions are: a person without the right to update the
+	// ProjectConfig is refused, one with it is not, and Kargo's API server
+	// is refused whatever its rights.
+	_, err = env.kube.RbacV1().Roles(ns).Create(ctx, &rbacv1.Role{
+		ObjectMeta: metav1.ObjectMeta{Name: "promotionrequests-creator"},
+		Rules:      []rbacv1.PolicyRule{{APIGroups: []string{kargoGroup}, Resources: []string{"promotionrequests"}, Verbs: []string{"create"}}},
+	}, metav1.CreateOptions{})
+	must(t, err)
+	_, err = env.kube.RbacV1().RoleBindings(ns).Create(ctx, &rbacv1.RoleBinding{
+		ObjectMeta: metav1.ObjectMeta{Name: "promotionrequests-creators"},
+		RoleRef:    rbacv1.RoleRef{APIGroup: "rbac.authorization.k8s.io", Kind: "Role", Name: "promotionrequests-creator"},
+		Subjects: []rbacv1.Subject{
+			{APIGroup: "rbac.authorization.k8s.io", Kind: "User", Name: "dev"},
+			{APIGroup: "rbac.authorization.k8s.io", Kind: "User", Name: "lead"},
+			{APIGroup: "rbac.authorization.k8s.io", Kind: "User", Name: kargoAPIUser},
+		},
+	}, metav1.CreateOptions{})
+	must(t, err)
+	waitFor(t, "the people gate to refuse dev's PromotionRequest", func() bool {
+		_, err := driver.CreatePromotionRequest(ctx, env.dev, ns, "prod")
+		return deniedBy(err, peoplePolicy)
+	})
+	waitFor(t, "the gate to refuse Kargo's API server's PromotionRequest", func() bool {
+		_, err := driver.CreatePromotionRequest(ctx, kargoAPI, ns, "prod")
+		return deniedBy(err, apiPolicy)
+	})
+	waitFor(t, "lead's PromotionRequest to be taken while paused", func() bool {
+		_, err := driver.CreatePromotionRequest(ctx, env.lead, ns, "prod")
+		if deniedBy(err, peoplePolicy) || deniedBy(err, apiPolicy) {
+			t.Fatalf("lead creating a PromotionRequest with kubectl while paused: %v, want allowed", err)
+		}
+		return err == nil
+	})
 	// Only the paused Stage is closed.
 	if _, err := driver.CreatePromotion(ctx, kargoAPI, ns, "dev", person); err != nil {
 		t.Errorf("Kargo's API server promoting to the unpaused Stage dev: %v, want allowed", err)

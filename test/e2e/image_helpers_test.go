@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -86,7 +87,9 @@ func removeImageOperator() {
 // container runtime runs it: with c's environment and HOME=/nonexistent
 // (the image's user's home) and nothing else, in /, and, when the tests
 // run as root, as the image's user (65532), which can read only the
-// kubeconfig that stands for the Pod's ServiceAccount. Once started, p is
+// kubeconfig that stands for the Pod's ServiceAccount. Where that user
+// cannot run here (a user namespace that does not map it, a TMPDIR it may
+// not enter), the tests' own user runs it, and the test logs why. Once started, p is
 // checked to be running that binary: /proc/<pid>/exe is the extracted
 // file, with the sha256 of /kargo-latch in the image's layer.
 func runFromImage(t *testing.T, p *process, c corev1.Container) {
@@ -111,7 +114,7 @@ func runFromImage(t *testing.T, p *process, c corev1.Container) {
 	p.env = append(p.env, "HOME=/nonexistent")
 	p.dir = "/"
 	uid := os.Geteuid()
-	if uid == 0 {
+	if uid == 0 && imageUserRuns(t) {
 		uid = ociimage.NonrootID
 		p.cred = &syscall.Credential{Uid: ociimage.NonrootID, Gid: ociimage.NonrootID}
 		at := slices.Index(p.args, "--kubeconfig")
@@ -166,6 +169,66 @@ func runsImageBinary(pid, uid int, env []string) error {
 	}
 	if int(st.Uid) != uid {
 		return fmt.Errorf("the operator runs as the user %d, want %d", st.Uid, uid)
+	}
+	return nil
+}
+
+// imageUser is whether the image's user can run the operator here: the
+// answer of probeImageUser, asked once per test run.
+var imageUser struct {
+	once sync.Once
+	err  error
+}
+
+// imageUserRuns tells whether runFromImage, when the tests run as root,
+// runs the operator as the image's user; it logs why not when not.
+func imageUserRuns(t *testing.T) bool {
+	t.Helper()
+	imageUser.once.Do(func() {
+		imageUser.err = probeImageUser(imageOperator.path, "")
+	})
+	if imageUser.err != nil {
+		t.Logf("the operator runs as the tests' user %d, not as the image's user %d: %v", os.Geteuid(), ociimage.NonrootID, imageUser.err)
+		return false
+	}
+	return true
+}
+
+// probeImageUser checks that the image's user can do what runFromImage
+// asks of it: run binary, and read a file only it may read in a directory
+// made in tmp ("": $TMPDIR), as kubeconfigOf makes. A container whose
+// user namespace does not map that user, or whose TMPDIR is under a
+// directory only root may enter, cannot.
+func probeImageUser(binary, tmp string) error {
+	dir, err := os.MkdirTemp(tmp, "kargo-latch-user-probe-")
+	if err != nil {
+		return err
+	}
+	defer func() { _ = os.RemoveAll(dir) }()
+	file := filepath.Join(dir, "probe")
+	if err := os.WriteFile(file, []byte("readable"), 0o600); err != nil {
+		return err
+	}
+	for _, path := range []string{file, dir} {
+		if err := os.Chown(path, ociimage.NonrootID, ociimage.NonrootID); err != nil {
+			return err
+		}
+	}
+	cat, err := exec.LookPath("cat")
+	if err != nil {
+		return err
+	}
+	for _, args := range [][]string{{binary, "version"}, {cat, file}} {
+		cmd := exec.Command(args[0], args[1:]...)
+		cmd.Dir = "/"
+		cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: ociimage.NonrootID, Gid: ociimage.NonrootID}}
+		out, err := cmd.CombinedOutput()
+		if err != nil {
+			return fmt.Errorf("%s as the user %d: %w: %s", strings.Join(args, " "), ociimage.NonrootID, err, out)
+		}
+		if args[0] == cat && string(out) != "readable" {
+			return fmt.Errorf("%s as the user %d read %q", strings.Join(args, " "), ociimage.NonrootID, out)
+		}
 	}
 	return nil
 }
