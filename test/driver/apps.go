@@ -77,7 +77,8 @@ func healthChecksOf(stage *unstructured.Unstructured) []any {
 
 // successHealthChecks is what a successful Promotion of freight to the
 // Stage leaves in status.healthChecks. A busy Stage's names its BusyApps
-// Apps, as the Promotions WriteBusyStatus and CreatePromotionHistory record.
+// Apps with the revision to sync to, as the Promotions WriteBusyStatus and
+// CreatePromotionHistory record do.
 func (s *Stage) successHealthChecks(freight string) []any {
 	s.mu.Lock()
 	busy := s.busy != nil
@@ -89,14 +90,8 @@ func (s *Stage) successHealthChecks(freight string) []any {
 }
 
 // promotionTemplate is the steps Kargo copies into a Promotion of the
-// Stage: its template's, or a busy Stage's (promotionshape.go).
+// Stage: its template's.
 func (s *Stage) promotionTemplate() []any {
-	s.mu.Lock()
-	busy := s.busy != nil
-	s.mu.Unlock()
-	if busy {
-		return s.promotionSteps()
-	}
 	return runtime.DeepCopyJSONValue(s.steps).([]any)
 }
 

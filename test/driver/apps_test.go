@@ -54,8 +54,11 @@ func TestSuccessfulPromotionsRecordTheirHealthChecks(t *testing.T) {
 	if checks, outputs := countsOf(t, one); checks != 1 || outputs != 1 {
 		t.Errorf("a Stage of one argocd-update step: %d checks, %d output entries; want 1 and 1", checks, outputs)
 	}
+	if err := one.WriteBusyStatus(ctx, kargo.HealthHealthy); err == nil {
+		t.Error("a busy status for a Stage whose health check names other Apps: no error")
+	}
 
-	busy, err := k.CreateStage(ctx, "ns", "busy", nil)
+	busy, err := k.CreateStage(ctx, "ns", "busy", nil, WithBusyApps())
 	if err != nil {
 		t.Fatal(err)
 	}
