@@ -163,6 +163,9 @@ func (b *bench) createStages(ctx context.Context, ns string, n int, busy bool) (
 		if b.o.shards > 0 {
 			opts = append(opts, driver.WithShard(shardName(i%b.o.shards)))
 		}
+		if busy {
+			opts = append(opts, driver.WithBusyApps())
+		}
 		wg.Go(func() {
 			sem <- struct{}{}
 			defer func() { <-sem }()

@@ -54,7 +54,7 @@ func appHealthAt(i, tick int) string {
 // downstream Stage receives it. kargo-latch latches per App and marks the
 // Freight verified, and the Freight flows on.
 func (d *demo) playOutOfPhaseApps(ctx context.Context, k *driver.Kargo) error {
-	test, err := k.CreateStage(ctx, project, upstream, map[string]string{controller.MarkVerifiedAnnotation: "true"})
+	test, err := k.CreateStage(ctx, project, upstream, map[string]string{controller.MarkVerifiedAnnotation: "true"}, driver.WithApps(outOfPhaseApps...))
 	if err != nil {
 		return err
 	}

@@ -7,6 +7,7 @@ import (
 	"slices"
 
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
 )
 
 // App is one Argo CD Application of a Stage, as Kargo's argocd-update
@@ -17,17 +18,103 @@ type App struct {
 	Sync   string // Argo CD sync status: Synced, OutOfSync; Synced when empty
 }
 
-// SetAppsHealth sets status.health as Kargo's health assessment does for a
-// Stage whose argocd-update step updated apps: the aggregate status, one
-// issue per App that is not Healthy, and status.health.output in the exact
-// shape real Kargo writes (kargo-api-facts.md §7.11): an array with one
-// object per health check, {"applicationStatuses": [...]}, whose entries
-// have capitalised Name and Namespace and Argo CD's nested health and sync.
-func (s *Stage) SetAppsHealth(ctx context.Context, aggregate string, apps ...App) error {
-	return s.patchStatus(ctx, map[string]any{"health": AppsHealth(aggregate, apps...)})
+// WithApps makes the Stage's one promotion step an argocd-update of the
+// Argo CD Applications names, instead of the App named as the Stage: each
+// successful Promotion then leaves one health check naming them, whose
+// output SetAppsHealth writes.
+func WithApps(names ...string) StageOption {
+	return func(stage *unstructured.Unstructured) {
+		apps := make([]any, 0, len(names))
+		for _, name := range names {
+			apps = append(apps, map[string]any{"name": name})
+		}
+		steps := []any{map[string]any{"uses": "argocd-update", "config": map[string]any{"apps": apps}}}
+		_ = unstructured.SetNestedSlice(stage.Object, steps, "spec", "promotionTemplate", "spec", "steps")
+	}
 }
 
-// AppsHealth is the status.health value SetAppsHealth writes.
+// WithHealthChecks gives the Stage n argocd-update promotion steps, each
+// updating an App of its own, instead of one: each successful Promotion then
+// leaves n health checks for Kargo to run (lastPromotion.status.healthChecks).
+func WithHealthChecks(n int) StageOption {
+	return func(stage *unstructured.Unstructured) {
+		steps := make([]any, 0, n)
+		for i := range n {
+			steps = append(steps, map[string]any{"uses": "argocd-update", "as": fmt.Sprintf("update-%d", i+1),
+				"config": map[string]any{"apps": []any{map[string]any{"name": fmt.Sprintf("%s-%d", stage.GetName(), i+1)}}}})
+		}
+		_ = unstructured.SetNestedSlice(stage.Object, steps, "spec", "promotionTemplate", "spec", "steps")
+	}
+}
+
+// promotionTemplateOf is the Stage's promotion template, the steps Kargo
+// copies into each of its Promotions.
+func promotionTemplateOf(stage *unstructured.Unstructured) []any {
+	steps, _, _ := unstructured.NestedSlice(stage.Object, "spec", "promotionTemplate", "spec", "steps")
+	return steps
+}
+
+// healthChecksOf is what a successful Promotion of stage leaves in
+// status.healthChecks: one check per argocd-update step, naming the step's
+// Apps, as Kargo's argocd-update step returns it.
+func healthChecksOf(stage *unstructured.Unstructured) []any {
+	var checks []any
+	for _, step := range promotionTemplateOf(stage) {
+		step, _ := step.(map[string]any)
+		if step["uses"] != "argocd-update" {
+			continue
+		}
+		apps, _, _ := unstructured.NestedSlice(step, "config", "apps")
+		for _, a := range apps {
+			if a, ok := a.(map[string]any); ok {
+				a["namespace"] = "argocd"
+			}
+		}
+		checks = append(checks, map[string]any{"uses": "argocd-update", "config": map[string]any{"apps": apps}})
+	}
+	return checks
+}
+
+// successHealthChecks is what a successful Promotion of freight to the
+// Stage leaves in status.healthChecks. A busy Stage's names its BusyApps
+// Apps with the revision to sync to, as the Promotions WriteBusyStatus and
+// CreatePromotionHistory record do.
+func (s *Stage) successHealthChecks(freight string) []any {
+	s.mu.Lock()
+	busy := s.busy != nil
+	s.mu.Unlock()
+	if busy {
+		return []any{map[string]any{"uses": "argocd-update", "config": s.argoCDHealthInput(freight)}}
+	}
+	return runtime.DeepCopyJSONValue(s.healthChecks).([]any)
+}
+
+// promotionTemplate is the steps Kargo copies into a Promotion of the
+// Stage: its template's.
+func (s *Stage) promotionTemplate() []any {
+	return runtime.DeepCopyJSONValue(s.steps).([]any)
+}
+
+// SetAppsHealth sets status.health as Kargo's health assessment does for a
+// Stage whose every health check reports: the aggregate status, one issue
+// per App that is not Healthy, and status.health.output in the exact shape
+// real Kargo writes (kargo-api-facts.md §7.11): an array with one object per
+// health check, {"applicationStatuses": [...]}, listing the Apps the check
+// names (CheckedApps) with capitalised Name and Namespace and Argo CD's
+// nested health and sync. apps must be exactly the Apps the Stage's checks
+// name (see WithApps); anything else is an error: Kargo cannot write it.
+func (s *Stage) SetAppsHealth(ctx context.Context, aggregate string, apps ...App) error {
+	outputs, err := s.checkOutputs(apps)
+	if err != nil {
+		return err
+	}
+	if len(outputs) != len(s.healthChecks) {
+		return fmt.Errorf("stage %s/%s: Apps %v given, its health checks name %v", s.Namespace, s.Name, appNames(apps), s.CheckedApps())
+	}
+	return s.patchStatus(ctx, map[string]any{"health": ChecksHealth(aggregate, outputs...)})
+}
+
+// AppsHealth is the status.health value of one health check reporting apps.
 func AppsHealth(aggregate string, apps ...App) map[string]any {
 	return ChecksHealth(aggregate, apps)
 }
@@ -42,6 +129,16 @@ func AppsHealth(aggregate string, apps ...App) map[string]any {
 // the aggregate (kargo-api-facts.md §11.7). An App of no check, or a check
 // given only some of its Apps, is an error: Kargo cannot write that.
 func (s *Stage) SetChecksHealth(ctx context.Context, aggregate string, apps ...App) error {
+	outputs, err := s.checkOutputs(apps)
+	if err != nil {
+		return err
+	}
+	return s.patchStatus(ctx, map[string]any{"health": ChecksHealth(aggregate, outputs...)})
+}
+
+// checkOutputs sorts apps into the outputs of the health checks naming
+// them, in the checks' order; a check given none of its Apps has none.
+func (s *Stage) checkOutputs(apps []App) ([][]App, error) {
 	byName := make(map[string]App, len(apps))
 	for _, a := range apps {
 		byName[a.Name] = a
@@ -60,13 +157,21 @@ func (s *Stage) SetChecksHealth(ctx context.Context, aggregate string, apps ...A
 		case len(names):
 			outputs = append(outputs, output)
 		default:
-			return fmt.Errorf("stage %s/%s: health check %d names Apps %v, given only %d of them", s.Namespace, s.Name, i+1, names, len(output))
+			return nil, fmt.Errorf("stage %s/%s: health check %d names Apps %v, given only %d of them", s.Namespace, s.Name, i+1, names, len(output))
 		}
 	}
 	if len(byName) > 0 {
-		return fmt.Errorf("stage %s/%s: Apps %v are in none of its health checks %v", s.Namespace, s.Name, slices.Sorted(maps.Keys(byName)), s.CheckedApps())
+		return nil, fmt.Errorf("stage %s/%s: Apps %v are in none of its health checks %v", s.Namespace, s.Name, slices.Sorted(maps.Keys(byName)), s.CheckedApps())
 	}
-	return s.patchStatus(ctx, map[string]any{"health": ChecksHealth(aggregate, outputs...)})
+	return outputs, nil
+}
+
+func appNames(apps []App) []string {
+	names := make([]string, 0, len(apps))
+	for _, a := range apps {
+		names = append(names, a.Name)
+	}
+	return names
 }
 
 // CheckedApps names the Apps of each health check a successful Promotion of

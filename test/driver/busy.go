@@ -5,13 +5,26 @@ import (
 	"crypto/sha1" //nolint:gosec // Kargo derives Freight collection IDs with SHA-1
 	"encoding/hex"
 	"fmt"
+	"slices"
 	"time"
+
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 
 	"github.com/kargo-latch/kargo-latch/kargo"
 )
 
 // BusyApps is how many Argo CD Applications a busy Stage deploys.
 const BusyApps = 40
+
+// WithBusyApps gives the Stage a busy Stage's promotion template, a common
+// GitOps one (promotionshape.go) whose argocd-update step updates its
+// BusyApps Applications (BusyAppName): the Stage WriteBusyStatus needs.
+func WithBusyApps() StageOption {
+	return func(stage *unstructured.Unstructured) {
+		steps := (&Stage{Name: stage.GetName()}).promotionSteps()
+		_ = unstructured.SetNestedSlice(stage.Object, steps, "spec", "promotionTemplate", "spec", "steps")
+	}
+}
 
 // WriteBusyStatus writes the status of a Stage that has been in service for
 // a while, as Kargo keeps it: a Succeeded lastPromotion (with the health
@@ -20,7 +33,16 @@ const BusyApps = 40
 // Kargo's exact shape, about 64 KB of JSON in all. health is the Stage's and every App's current health. The current
 // Freight exists, as a Warehouse made it, and is verified in the Stage, as
 // Kargo marks it once a Healthy pass has seen its verification succeed.
+// The Stage must have been created WithBusyApps, whose Apps its health
+// check names: Kargo could not report them otherwise.
 func (s *Stage) WriteBusyStatus(ctx context.Context, health string) error {
+	busyApps := make([]string, 0, BusyApps)
+	for i := range BusyApps {
+		busyApps = append(busyApps, s.BusyAppName(i))
+	}
+	if checked := s.CheckedApps(); len(checked) != 1 || !slices.Equal(checked[0], busyApps) {
+		return fmt.Errorf("stage %s/%s: its health checks name Apps %v, not a busy Stage's (create it WithBusyApps)", s.Namespace, s.Name, checked)
+	}
 	now := s.k.clock().UTC()
 	var history []any
 	var newest string

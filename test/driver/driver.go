@@ -19,7 +19,6 @@ import (
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/dynamic"
 
@@ -64,8 +63,10 @@ type Stage struct {
 	mu      sync.Mutex
 	busy    *busyPast // what WriteBusyStatus wrote, for its Promotions (promotionshape.go)
 	running string    // name of the running Promotion, if any
-	// healthChecks are what each successful Promotion of the Stage leaves
-	// in status.healthChecks: one per argocd-update step of its template.
+	// steps are the Stage's promotion template, which Kargo copies into
+	// each of its Promotions; healthChecks are what each successful one
+	// leaves in status.healthChecks: one per argocd-update step (apps.go).
+	steps        []any
 	healthChecks []any
 	// RV is the resourceVersion of the driver's last write.
 	RV string
@@ -96,44 +97,9 @@ func WithShard(shard string) StageOption {
 	}
 }
 
-// WithHealthChecks gives the Stage n argocd-update promotion steps, each
-// updating an App of its own, instead of one: each successful Promotion then
-// leaves n health checks for Kargo to run (lastPromotion.status.healthChecks).
-func WithHealthChecks(n int) StageOption {
-	return func(stage *unstructured.Unstructured) {
-		steps := make([]any, 0, n)
-		for i := range n {
-			steps = append(steps, map[string]any{"uses": "argocd-update", "as": fmt.Sprintf("update-%d", i+1),
-				"config": map[string]any{"apps": []any{map[string]any{"name": fmt.Sprintf("%s-%d", stage.GetName(), i+1)}}}})
-		}
-		_ = unstructured.SetNestedSlice(stage.Object, steps, "spec", "promotionTemplate", "spec", "steps")
-	}
-}
-
-// healthChecksOf is what a successful Promotion of stage leaves in
-// status.healthChecks: one check per argocd-update step, naming the step's
-// Apps, as Kargo's argocd-update step returns it.
-func healthChecksOf(stage *unstructured.Unstructured) []any {
-	steps, _, _ := unstructured.NestedSlice(stage.Object, "spec", "promotionTemplate", "spec", "steps")
-	var checks []any
-	for _, step := range steps {
-		step, _ := step.(map[string]any)
-		if step["uses"] != "argocd-update" {
-			continue
-		}
-		apps, _, _ := unstructured.NestedSlice(step, "config", "apps")
-		for _, a := range apps {
-			if a, ok := a.(map[string]any); ok {
-				a["namespace"] = "argocd"
-			}
-		}
-		checks = append(checks, map[string]any{"uses": "argocd-update", "config": map[string]any{"apps": apps}})
-	}
-	return checks
-}
-
 // CreateStage creates a Stage that requests Freight directly from a
-// Warehouse, with one promotion step. annotations may be nil.
+// Warehouse, with one promotion step, an argocd-update of the App named as
+// the Stage (WithApps and WithHealthChecks change it). annotations may be nil.
 func (k *Kargo) CreateStage(ctx context.Context, ns, name string, annotations map[string]string, opts ...StageOption) (*Stage, error) {
 	obj := &unstructured.Unstructured{Object: map[string]any{
 		"apiVersion": kargo.GroupVersion.String(),
@@ -160,7 +126,8 @@ func (k *Kargo) CreateStage(ctx context.Context, ns, name string, annotations ma
 		return nil, err
 	}
 	return &Stage{k: k, Namespace: ns, Name: name, Warehouse: "warehouse", RV: created.GetResourceVersion(),
-		UID: created.GetUID(), Shard: created.GetLabels()[kargo.ShardLabel], healthChecks: healthChecksOf(created)}, nil
+		UID: created.GetUID(), Shard: created.GetLabels()[kargo.ShardLabel],
+		steps: promotionTemplateOf(created), healthChecks: healthChecksOf(created)}, nil
 }
 
 // StartPromotion sets status.currentPromotion to a new Promotion for new
@@ -185,7 +152,8 @@ func (s *Stage) StartPromotion(ctx context.Context) (string, error) {
 //   - status.lastPromotion gets the Promotion with its status and finishedAt;
 //   - status.currentPromotion is cleared;
 //   - on Succeeded, lastPromotion.status carries the health checks the
-//     Promotion left (one per argocd-update step), a new freightHistory[0]
+//     Promotion left (one per argocd-update step; a busy Stage's names its
+//     BusyApps Apps, as WriteBusyStatus's does), a new freightHistory[0]
 //     is pushed and health is cleared;
 //   - otherwise health is Unknown with "last Promotion did not succeed".
 func (s *Stage) FinishPromotion(ctx context.Context, phase string) (name string, err error) {
@@ -214,9 +182,9 @@ func (s *Stage) FinishPromotion(ctx context.Context, phase string) (name string,
 		},
 	}
 	if phase == "Succeeded" {
-		if len(s.healthChecks) > 0 {
+		if checks := s.successHealthChecks(freight); len(checks) > 0 {
 			lastStatus := status["lastPromotion"].(map[string]any)["status"].(map[string]any)
-			lastStatus["healthChecks"] = runtime.DeepCopyJSONValue(s.healthChecks)
+			lastStatus["healthChecks"] = checks
 		}
 		if err := s.ensureFreight(ctx, freight); err != nil {
 			return "", err

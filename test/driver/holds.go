@@ -47,6 +47,7 @@ var personPromotions sync.Map
 // than the Warehouse's candidate (a rollback: the hold intent), or, when
 // freight is empty, of new Freight, the candidate (the resume intent, which
 // releases a hold). actor is its create-actor, e.g. "kubernetes:dev".
+// Its steps are the Stage's promotion template, as Kargo copies them.
 // Kargo's Stage controller has not taken it in yet (TakeInPromotion). It
 // returns the Promotion's name.
 func (s *Stage) CreatePersonPromotion(ctx context.Context, freight, actor string) (string, error) {
@@ -75,7 +76,7 @@ func (s *Stage) CreatePersonPromotion(ctx context.Context, freight, actor string
 		"spec": map[string]any{
 			"stage":   s.Name,
 			"freight": freight,
-			"steps":   []any{map[string]any{"uses": "argocd-update", "config": map[string]any{"apps": []any{map[string]any{"name": s.Name}}}}},
+			"steps":   s.promotionTemplate(),
 		},
 	}}
 	if _, err := s.k.client.Resource(kargo.PromotionsResource).Namespace(s.Namespace).Create(ctx, obj, metav1.CreateOptions{}); err != nil {

@@ -235,7 +235,7 @@ func (s *Stage) createPromotion(ctx context.Context, plan promotionPlan) error {
 				map[string]any{"name": "gitRepo", "value": deployRepo},
 				map[string]any{"name": "imageRepo", "value": imageRepo},
 			},
-			"steps": s.promotionSteps(),
+			"steps": s.promotionTemplate(),
 		},
 	}}
 	if _, err := s.k.client.Resource(kargo.PromotionsResource).Namespace(s.Namespace).Create(ctx, obj, metav1.CreateOptions{FieldManager: FieldManager}); err != nil {

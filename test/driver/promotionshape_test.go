@@ -26,7 +26,7 @@ func TestPromotionHistoryTellsTheBusyStagesStory(t *testing.T) {
 		kargo.StagesResource: "StageList", kargo.PromotionsResource: "PromotionList", kargo.FreightsResource: "FreightList",
 	})
 	k := New(client)
-	s, err := k.CreateStage(ctx, "ns", "prod", nil, WithShard("s1"))
+	s, err := k.CreateStage(ctx, "ns", "prod", nil, WithShard("s1"), WithBusyApps())
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -25,7 +25,7 @@ func TestAppsFlappingOutOfPhaseLatchPerApp(t *testing.T) {
 	t.Parallel()
 	ns := env.newProject(t)
 	op := startOperator(t, ns, fastSettings())
-	s := env.createStage(t, ns, "test", nil)
+	s := env.createStage(t, ns, "test", nil, appsAB)
 
 	promote(t, s)
 	must(t, s.SetAppsHealth(ctx, kargo.HealthProgressing, app("a", "Progressing"), app("b", "Progressing")))
@@ -137,7 +137,7 @@ func TestAppsHealthyUnderUnhealthyStageDoNotCount(t *testing.T) {
 	t.Parallel()
 	ns := env.newProject(t)
 	op := startOperator(t, ns, fastSettings())
-	s := env.createStage(t, ns, "test", nil)
+	s := env.createStage(t, ns, "test", nil, appsAB)
 	promote(t, s)
 	waitPhase(t, s, latch.PhasePromoted)
 
@@ -297,7 +297,7 @@ func degradedAfterAppsLatch(t *testing.T, grace string) (*operator, *driver.Stag
 	s := env.createStage(t, ns, "test", map[string]string{
 		controller.DegradedGraceAnnotation:  grace,
 		controller.PauseOnFailureAnnotation: "true",
-	})
+	}, appsAB)
 	if r, _ := latchByApps(t, s); r.LatchedBy != latch.LatchedByApps {
 		t.Fatalf("latchedBy = %q, want %q", r.LatchedBy, latch.LatchedByApps)
 	}

@@ -84,7 +84,7 @@ func TestCLI(t *testing.T) {
 
 	// Two Apps flapping out of phase: the first has been Healthy, so the
 	// per-Application latch is half way.
-	apps := env.createStage(t, ns, "apps", nil)
+	apps := env.createStage(t, ns, "apps", nil, driver.WithApps("front", "back"))
 	_, err := apps.StartPromotion(ctx)
 	must(t, err)
 	_, err = apps.FinishPromotion(ctx, "Succeeded")

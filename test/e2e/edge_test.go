@@ -157,15 +157,17 @@ func TestTooManyApplicationsFallsBackToTheAggregate(t *testing.T) {
 	t.Parallel()
 	ns := env.newProject(t)
 	op := startOperator(t, ns, fastSettings())
-	s := env.createStage(t, ns, "wide", nil)
+	apps := make([]driver.App, latch.MaxApps+1)
+	names := make([]string, len(apps))
+	for i := range apps {
+		names[i] = fmt.Sprintf("app-%03d", i)
+		apps[i] = driver.App{Name: names[i], Health: "Healthy"}
+	}
+	s := env.createStage(t, ns, "wide", nil, driver.WithApps(names...))
 	_, err := s.StartPromotion(ctx)
 	must(t, err)
 	_, err = s.FinishPromotion(ctx, "Succeeded")
 	must(t, err)
-	apps := make([]driver.App, latch.MaxApps+1)
-	for i := range apps {
-		apps[i] = driver.App{Name: fmt.Sprintf("app-%03d", i), Health: "Healthy"}
-	}
 	// Every App Healthy at once under a Progressing aggregate would latch a
 	// Stage of fewer Apps.
 	must(t, s.SetAppsHealth(ctx, kargo.HealthProgressing, apps...))

@@ -49,9 +49,9 @@ func (w *world) newProject(t *testing.T) string {
 	return name
 }
 
-func (w *world) createStage(t *testing.T, ns, name string, annotations map[string]string) *driver.Stage {
+func (w *world) createStage(t *testing.T, ns, name string, annotations map[string]string, opts ...driver.StageOption) *driver.Stage {
 	t.Helper()
-	s, err := w.kargo.CreateStage(context.Background(), ns, name, annotations)
+	s, err := w.kargo.CreateStage(context.Background(), ns, name, annotations, opts...)
 	must(t, err)
 	return s
 }

@@ -27,7 +27,7 @@ func TestMarkVerifiedCutShortAfterItsPatchGetsOneEvent(t *testing.T) {
 	ns := env.newProject(t)
 	// Mark-verified off for now: the cycle latches, and nothing marks it.
 	first := startOperatorAs(t, env.marker, ns, fastSettings())
-	s := env.createStage(t, ns, "test", nil)
+	s := env.createStage(t, ns, "test", nil, appsAB)
 	r, name := latchByApps(t, s)
 	first.idle(t)
 	first.stop()

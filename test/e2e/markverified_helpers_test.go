@@ -19,6 +19,11 @@ import (
 	"github.com/kargo-latch/kargo-latch/test/driver"
 )
 
+// appsAB makes a Stage whose promotion step updates the Argo CD
+// Applications a and b, so that its health check reports them: the Stages
+// of latchByApps, flapUntilLatched and runMarkCycle.
+var appsAB = driver.WithApps("a", "b")
+
 // app is an Argo CD Application in the state Kargo's health check reports.
 func app(name, health string) driver.App {
 	return driver.App{Name: name, Health: health, Sync: "Synced"}

@@ -27,7 +27,7 @@ func TestMarkVerifiedWritesOneKey(t *testing.T) {
 	t.Parallel()
 	ns := env.newProject(t)
 	op := startOperatorAs(t, env.marker, ns, fastSettings())
-	s := env.createStage(t, ns, "test", markVerified)
+	s := env.createStage(t, ns, "test", markVerified, appsAB)
 	upstream := env.createStage(t, ns, "upstream", nil)
 
 	name := promote(t, s)
@@ -93,8 +93,8 @@ func TestMarkVerifiedNotWhileDegradedOrFailed(t *testing.T) {
 	t.Parallel()
 	ns := env.newProject(t)
 	op := startOperatorAs(t, env.marker, ns, fastSettings())
-	degraded := env.createStage(t, ns, "degraded", map[string]string{controller.MarkVerifiedAnnotation: "true", controller.DegradedGraceAnnotation: "1m"})
-	failed := env.createStage(t, ns, "failed", map[string]string{controller.MarkVerifiedAnnotation: "true", controller.DegradedGraceAnnotation: "1s"})
+	degraded := env.createStage(t, ns, "degraded", map[string]string{controller.MarkVerifiedAnnotation: "true", controller.DegradedGraceAnnotation: "1m"}, appsAB)
+	failed := env.createStage(t, ns, "failed", map[string]string{controller.MarkVerifiedAnnotation: "true", controller.DegradedGraceAnnotation: "1s"}, appsAB)
 
 	for _, c := range []struct {
 		s    *driver.Stage
@@ -135,7 +135,7 @@ func TestMarkVerifiedAfterResume(t *testing.T) {
 	t.Parallel()
 	ns := env.newProject(t)
 	op := startOperatorAs(t, env.marker, ns, fastSettings())
-	s := env.createStage(t, ns, "test", markVerified)
+	s := env.createStage(t, ns, "test", markVerified, appsAB)
 	must(t, createPause(env.dev, pause(ns, "hold-test", s.Name, "Manual")))
 	must(t, createPause(env.dev, pause(ns, "hold-all", "*", "ProjectPause")))
 	waitFor(t, "both pauses to cover the Stage", func() bool { return len(stageRecord(t, s).Pauses) == 2 })
@@ -172,7 +172,7 @@ func TestMarkVerifiedWaitsForVerification(t *testing.T) {
 	ns := env.newProject(t)
 	op := startOperatorAs(t, env.marker, ns, fastSettings())
 	stage := func(name string) *driver.Stage {
-		s, err := env.kargo.CreateStage(ctx, ns, name, markVerified, driver.WithVerification())
+		s, err := env.kargo.CreateStage(ctx, ns, name, markVerified, driver.WithVerification(), appsAB)
 		must(t, err)
 		return s
 	}
@@ -226,7 +226,7 @@ func TestMarkVerifiedLeavesVerifiedFreight(t *testing.T) {
 	t.Parallel()
 	ns := env.newProject(t)
 	op := startOperatorAs(t, env.marker, ns, fastSettings())
-	s := env.createStage(t, ns, "test", markVerified)
+	s := env.createStage(t, ns, "test", markVerified, appsAB)
 	name := promote(t, s)
 	kargoAt := time.Now().Add(-time.Minute)
 	must(t, s.MarkVerified(ctx, name, kargoAt))
@@ -251,14 +251,14 @@ func TestMarkVerifiedOff(t *testing.T) {
 	t.Parallel()
 	off := env.newProject(t)
 	opOff := startOperatorAs(t, env.marker, off, fastSettings())
-	plain := env.createStage(t, off, "plain", nil)
+	plain := env.createStage(t, off, "plain", nil, appsAB)
 
 	on := env.newProject(t)
 	flagOn := fastSettings()
 	flagOn.MarkVerified = true
 	opOn := startOperatorAs(t, env.marker, on, flagOn)
-	optedOut := env.createStage(t, on, "opted-out", map[string]string{controller.MarkVerifiedAnnotation: "false"})
-	byFlag := env.createStage(t, on, "by-flag", nil)
+	optedOut := env.createStage(t, on, "opted-out", map[string]string{controller.MarkVerifiedAnnotation: "false"}, appsAB)
+	byFlag := env.createStage(t, on, "by-flag", nil, appsAB)
 
 	// The mark would be made before the latched record is stored: a stored
 	// record without it is the proof.
@@ -292,8 +292,8 @@ func TestMarkVerifiedForbiddenWithoutTheRight(t *testing.T) {
 	settings.PauseOnFailure = true
 	op := startOperator(t, ns, settings)
 	annotations := map[string]string{controller.MarkVerifiedAnnotation: "true", controller.DegradedGraceAnnotation: "1s"}
-	steady := env.createStage(t, ns, "steady", annotations)
-	s := env.createStage(t, ns, "test", annotations)
+	steady := env.createStage(t, ns, "steady", annotations, appsAB)
+	s := env.createStage(t, ns, "test", annotations, appsAB)
 	refusals := func(s *driver.Stage) float64 {
 		return op.metric("kargo_latch_mark_verified_errors_total", "project", ns, "stage", s.Name)
 	}
@@ -391,7 +391,7 @@ func TestMarkVerifiedExactlyOnceAcrossKills(t *testing.T) {
 	const stageCount, cyclesPerStage = 4, 5
 	stages := make([]*driver.Stage, stageCount)
 	for i := range stages {
-		stages[i] = env.createStage(t, ns, fmt.Sprintf("s%d", i), nil)
+		stages[i] = env.createStage(t, ns, fmt.Sprintf("s%d", i), nil, appsAB)
 	}
 	cycles := make([][]markedCycle, stageCount)
 	errs := make([]error, stageCount)
@@ -483,7 +483,7 @@ func TestMarkVerifiedLeavesKargosMarkOfTheSameSecond(t *testing.T) {
 	t.Parallel()
 	ns := env.newProject(t)
 	op := startOperatorAs(t, env.marker, ns, fastSettings())
-	s := env.createStage(t, ns, "test", markVerified)
+	s := env.createStage(t, ns, "test", markVerified, appsAB)
 	// Paused, the latch is not marked until the resume: Kargo marks first.
 	must(t, createPause(env.dev, pause(ns, "hold", s.Name, "Manual")))
 	waitFor(t, "the pause to cover the Stage", func() bool { return slices.Contains(stageRecord(t, s).Pauses, "hold") })
