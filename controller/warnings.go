@@ -1,0 +1,51 @@
+package controller
+
+import (
+	"fmt"
+
+	corev1 "k8s.io/api/core/v1"
+
+	"github.com/kargo-latch/kargo-latch/kargo"
+	"github.com/kargo-latch/kargo-latch/latch"
+)
+
+// reportConfig warns once per new invalid-settings message.
+func (c *Controller) reportConfig(stage *kargo.Stage, m *memo, problem string) {
+	if warnOnce(&m.configProblem, problem) {
+		c.warn(stage, ReasonInvalidConfig, "Invalid setting: %s", problem)
+		c.cfg.Metrics.InvalidConfig.WithLabelValues(stage.Namespace, stage.Name).Inc()
+	}
+}
+
+// reportHealth warns once per new health string Kargo does not define.
+func (c *Controller) reportHealth(stage *kargo.Stage, m *memo, unknown string) {
+	if warnOnce(&m.badHealth, unknown) {
+		c.warn(stage, ReasonUnknownHealth, "Stage health %q is not one Kargo defines; the latch holds its phase until Kargo reports a known health", unknown)
+		c.cfg.Metrics.InvalidInput.WithLabelValues(stage.Namespace, stage.Name, "health").Inc()
+	}
+}
+
+// reportApps warns once when a Stage lists more Applications than the
+// per-App latch handles; its aggregate health alone then counts.
+func (c *Controller) reportApps(stage *kargo.Stage, m *memo, apps int) {
+	tooMany := apps > latch.MaxApps
+	if tooMany && !m.tooManyApps {
+		c.warn(stage, ReasonTooManyApps, "Stage lists more than %d Applications in its health output; kargo-latch latches it on the Stage's aggregate health alone", latch.MaxApps)
+		c.cfg.Metrics.InvalidInput.WithLabelValues(stage.Namespace, stage.Name, "apps").Inc()
+	}
+	m.tooManyApps = tooMany
+}
+
+// warnOnce remembers value in last and reports whether it is a new problem
+// to report: not empty, and not the one reported last time.
+func warnOnce(last *string, value string) bool {
+	if value == *last {
+		return false
+	}
+	*last = value
+	return value != ""
+}
+
+func (c *Controller) warn(stage *kargo.Stage, reason, format string, args ...any) {
+	c.event(stage, corev1.EventTypeWarning, reason, fmt.Sprintf(format, args...))
+}
