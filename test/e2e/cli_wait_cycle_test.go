@@ -7,7 +7,6 @@ import (
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/rest"
 
@@ -23,11 +22,7 @@ import (
 // the rolled-back cycle's latch, and ends once it latches.
 func TestCLIWaitVerifiedAfterARollback(t *testing.T) {
 	t.Parallel()
-	ns := env.newProject(t)
-	startOperator(t, ns, fastSettings())
-	prod := env.latchedStages(t, ns, "prod")[0]
-	good, err := prod.CurrentFreight(ctx)
-	must(t, err)
+	ns, prod, good := latchedProd(t)
 	// Kargo verified it in its cycle, which an incident's rollback comes
 	// minutes or days after (Kargo writes times to the second).
 	must(t, prod.MarkVerified(ctx, good, time.Now().Add(-10*time.Minute)))
@@ -35,10 +30,7 @@ func TestCLIWaitVerifiedAfterARollback(t *testing.T) {
 	must(t, prod.SetHealth(ctx, kargo.HealthHealthy))
 	waitPhase(t, prod, latch.PhaseLatched)
 
-	rollback, err := prod.StartPromotionOf(ctx, good, "kubernetes:dev")
-	must(t, err)
-	_, err = prod.FinishPromotion(ctx, "Succeeded")
-	must(t, err)
+	rollback := rollBack(t, prod, good)
 	must(t, prod.SetHealth(ctx, kargo.HealthUnhealthy))
 	if r := waitPhase(t, prod, latch.PhasePromoted); r.Promotion != rollback {
 		t.Fatalf("the cycle is promotion %s's, want the rollback's (%s)", r.Promotion, rollback)
@@ -51,9 +43,7 @@ func TestCLIWaitVerifiedAfterARollback(t *testing.T) {
 	wait.stillRunning("the rolled-back cycle has not latched")
 
 	must(t, prod.SetHealth(ctx, kargo.HealthHealthy))
-	if code := wait.exit(); code != cli.ExitOK || !strings.Contains(wait.stdout.String(), "Freight "+good+" is verified in the Stage") {
-		t.Errorf("wait --for=verified: exit %d, stdout %q", code, wait.stdout.String())
-	}
+	checkWaitVerifiedExits(t, wait, good)
 }
 
 // Review finding 2: wait --for=verified watches only the cycle's Freight,
@@ -61,19 +51,13 @@ func TestCLIWaitVerifiedAfterARollback(t *testing.T) {
 // other is enough.
 func TestCLIWaitVerifiedWatchesOnlyItsFreight(t *testing.T) {
 	t.Parallel()
-	ns := env.newProject(t)
-	startOperator(t, ns, fastSettings())
-	prod := env.latchedStages(t, ns, "prod")[0]
-	freight, err := prod.CurrentFreight(ctx)
-	must(t, err)
+	ns, prod, freight := latchedProd(t)
 	pipeline := pipelineAllowedOnly(t, ns, freight)
 
 	wait := startCLI(t, pipeline, "wait", "prod", "-n", ns, "--for=verified", "--timeout", "1m")
 	wait.says(&wait.stderr, "its Freight is not verified in the Stage yet")
 	must(t, prod.MarkVerified(ctx, freight, time.Now()))
-	if code := wait.exit(); code != cli.ExitOK || !strings.Contains(wait.stdout.String(), "Freight "+freight+" is verified in the Stage") {
-		t.Errorf("wait --for=verified: exit %d, stdout %q", code, wait.stdout.String())
-	}
+	checkWaitVerifiedExits(t, wait, freight)
 	if strings.Contains(wait.stderr.String(), "cannot watch freights") {
 		t.Errorf("the wait asked for more Freight than its own: %s", wait.stderr.String())
 	}
@@ -91,19 +75,7 @@ func pipelineAllowedOnly(t *testing.T, ns, freight string) *rest.Config {
 		}
 		return r
 	}
-	objs := []*unstructured.Unstructured{
-		{Object: map[string]any{"apiVersion": "v1", "kind": "ServiceAccount", "metadata": map[string]any{"name": "pipeline", "namespace": ns}}},
-		{Object: map[string]any{"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role",
-			"metadata": map[string]any{"name": "pipeline", "namespace": ns},
-			"rules":    []any{rule("stages"), rule("promotions"), rule("freights", freight)}}},
-		{Object: map[string]any{"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
-			"metadata": map[string]any{"name": "pipeline", "namespace": ns},
-			"roleRef":  map[string]any{"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "pipeline"},
-			"subjects": []any{map[string]any{"kind": "ServiceAccount", "name": "pipeline", "namespace": ns}}}},
-	}
-	must(t, cluster.Apply(ctx, env.cluster.Config, objs...))
-	cfg, err := env.cluster.ServiceAccountConfig(ctx, ns, "pipeline")
-	must(t, err)
+	cfg := serviceAccountWithRole(t, ns, "pipeline", rule("stages"), rule("promotions"), rule("freights", freight))
 	freights := dynamic.NewForConfigOrDie(cfg).Resource(kargo.FreightsResource).Namespace(ns)
 	waitFor(t, "the pipeline's rights", func() bool {
 		_, err := freights.Get(ctx, freight, metav1.GetOptions{})

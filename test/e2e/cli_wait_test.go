@@ -252,15 +252,18 @@ func TestCLIWaitTimesOut(t *testing.T) {
 // off): wait --for=verified sees it on the Freight and exits 0.
 func TestCLIWaitVerified(t *testing.T) {
 	t.Parallel()
-	ns := env.newProject(t)
-	startOperator(t, ns, fastSettings())
-	prod := env.latchedStages(t, ns, "prod")[0]
-	freight, err := prod.CurrentFreight(ctx)
-	must(t, err)
+	ns, prod, freight := latchedProd(t)
 
 	wait := startCLI(t, env.cluster.Config, "wait", "prod", "-n", ns, "--for=verified", "--timeout", "2m")
 	wait.says(&wait.stderr, "its Freight is not verified in the Stage yet")
 	must(t, prod.MarkVerified(ctx, freight, time.Now()))
+	checkWaitVerifiedExits(t, wait, freight)
+}
+
+// checkWaitVerifiedExits checks that a wait --for=verified exits 0 and
+// says freight is verified in the Stage.
+func checkWaitVerifiedExits(t *testing.T, wait *cliRun, freight string) {
+	t.Helper()
 	if code := wait.exit(); code != cli.ExitOK || !strings.Contains(wait.stdout.String(), "Freight "+freight+" is verified in the Stage") {
 		t.Errorf("wait --for=verified: exit %d, stdout %q", code, wait.stdout.String())
 	}

@@ -29,11 +29,7 @@ import (
 // until Kargo has taken that Promotion in, then exits 0.
 func TestKargoHoldAfterAnIncident(t *testing.T) {
 	t.Parallel()
-	ns := env.newProject(t)
-	startOperator(t, ns, fastSettings())
-	prod := env.latchedStages(t, ns, "prod")[0]
-	good, err := prod.CurrentFreight(ctx)
-	must(t, err)
+	ns, prod, good := latchedProd(t)
 	admin, dev := env.cluster.Config, env.cluster.UserConfig(devToken)
 
 	// The next release degrades.
@@ -50,10 +46,7 @@ func TestKargoHoldAfterAnIncident(t *testing.T) {
 		t.Fatalf("pause: exit %d, %q %q", code, out, errOut)
 	}
 	waitPaused(t, prod, true)
-	rollback, err := prod.StartPromotionOf(ctx, good, "kubernetes:dev")
-	must(t, err)
-	_, err = prod.FinishPromotion(ctx, "Succeeded")
-	must(t, err)
+	rollback := rollBack(t, prod, good)
 	must(t, prod.SetHealth(ctx, kargo.HealthHealthy))
 	if r := waitPhase(t, prod, latch.PhaseLatched); r.Promotion != rollback {
 		t.Fatalf("latched cycle of %s, want the rollback's (%s)", r.Promotion, rollback)
@@ -121,25 +114,18 @@ func TestKargoHoldAfterAnIncident(t *testing.T) {
 // status has no HELD and wait --for=resumed exits 0.
 func TestKargoHoldBeingReleasedShowsNone(t *testing.T) {
 	t.Parallel()
-	ns := env.newProject(t)
-	startOperator(t, ns, fastSettings())
-	prod := env.latchedStages(t, ns, "prod")[0]
-	good, err := prod.CurrentFreight(ctx)
-	must(t, err)
+	ns, prod, good := latchedProd(t)
 	promote(t, prod)
 	must(t, prod.SetHealth(ctx, kargo.HealthHealthy))
 	waitPhase(t, prod, latch.PhaseLatched)
-	rollback, err := prod.StartPromotionOf(ctx, good, "kubernetes:dev")
-	must(t, err)
-	_, err = prod.FinishPromotion(ctx, "Succeeded")
-	must(t, err)
+	rollback := rollBack(t, prod, good)
 	must(t, prod.SetHealth(ctx, kargo.HealthHealthy))
 	waitLatchedCycle(t, prod, rollback)
 	admin := env.cluster.Config
 	checkStatusHolds(t, admin, ns, map[string][]string{"prod": {"Latched", "-", "no", "-", "-", "warehouse"}},
 		[][]string{{"prod", "Warehouse/warehouse", good, "kubernetes:dev", rollback}})
 
-	_, err = prod.StartCandidatePromotion(ctx, "kubernetes:lead")
+	_, err := prod.StartCandidatePromotion(ctx, "kubernetes:lead")
 	must(t, err)
 	holds := stageHolds(t, prod)
 	if _, durable := holds["autoPromotionHolds"]["Warehouse/warehouse"]; !durable || len(holds["effectiveAutoPromotionHolds"]) != 0 {
@@ -165,15 +151,8 @@ func TestKargoHoldBeingReleasedShowsNone(t *testing.T) {
 // that it could not look for Kargo's holds.
 func TestResumeWithoutRightsToStagesSaysItCannotSeeHolds(t *testing.T) {
 	t.Parallel()
-	ns := env.newProject(t)
-	startOperator(t, ns, fastSettings())
-	prod := env.latchedStages(t, ns, "prod")[0]
-	good, err := prod.CurrentFreight(ctx)
-	must(t, err)
-	_, err = prod.StartPromotionOf(ctx, good, "kubernetes:dev")
-	must(t, err)
-	_, err = prod.FinishPromotion(ctx, "Succeeded")
-	must(t, err)
+	ns, prod, good := latchedProd(t)
+	rollBack(t, prod, good)
 	if _, errOut, code := runCLI(t, env.cluster.UserConfig(devToken), "pause", "prod", "-n", ns); code != 0 {
 		t.Fatalf("pause: exit %d: %s", code, errOut)
 	}
@@ -190,9 +169,34 @@ func TestResumeWithoutRightsToStagesSaysItCannotSeeHolds(t *testing.T) {
 	waitPaused(t, prod, false)
 }
 
-// serviceAccountWith is a ServiceAccount of ns with a Role of the rules
-// given, once the API server applies them.
-func serviceAccountWith(t *testing.T, ns, name string, rules ...map[string]any) *rest.Config {
+// latchedProd is a project with a running operator and a Stage prod
+// promoted to Latched, and the Freight prod runs.
+func latchedProd(t *testing.T) (ns string, prod *driver.Stage, freight string) {
+	t.Helper()
+	ns = env.newProject(t)
+	startOperator(t, ns, fastSettings())
+	prod = env.latchedStages(t, ns, "prod")[0]
+	freight, err := prod.CurrentFreight(ctx)
+	must(t, err)
+	return ns, prod, freight
+}
+
+// rollBack promotes freight to s as a person (kubernetes:dev) and lets
+// the Promotion succeed: Kargo then holds auto-promotion from the
+// Warehouse. It returns the Promotion's name.
+func rollBack(t *testing.T, s *driver.Stage, freight string) string {
+	t.Helper()
+	promotion, err := s.StartPromotionOf(ctx, freight, "kubernetes:dev")
+	must(t, err)
+	_, err = s.FinishPromotion(ctx, "Succeeded")
+	must(t, err)
+	return promotion
+}
+
+// serviceAccountWithRole is a ServiceAccount of ns bound to a Role of the
+// rules given. The API server may apply the rules a moment later: callers
+// wait for a right they need.
+func serviceAccountWithRole(t *testing.T, ns, name string, rules ...map[string]any) *rest.Config {
 	t.Helper()
 	ruleList := make([]any, len(rules))
 	for i, r := range rules {
@@ -210,6 +214,14 @@ func serviceAccountWith(t *testing.T, ns, name string, rules ...map[string]any) 
 	must(t, cluster.Apply(ctx, env.cluster.Config, objs...))
 	cfg, err := env.cluster.ServiceAccountConfig(ctx, ns, name)
 	must(t, err)
+	return cfg
+}
+
+// serviceAccountWith is a ServiceAccount of ns with a Role of the rules
+// given (which let it list StagePauses), once the API server applies them.
+func serviceAccountWith(t *testing.T, ns, name string, rules ...map[string]any) *rest.Config {
+	t.Helper()
+	cfg := serviceAccountWithRole(t, ns, name, rules...)
 	pauses := dynamic.NewForConfigOrDie(cfg).Resource(v1alpha1.StagePausesResource).Namespace(ns)
 	waitFor(t, "the ServiceAccount's rights", func() bool {
 		_, err := pauses.List(ctx, metav1.ListOptions{})

@@ -261,15 +261,8 @@ func TestMarkVerifiedGuardAllowsOnlyNewVerifiedInEntries(t *testing.T) {
 // Stages and never writes them.
 func TestResumerRoleSeesKargosHolds(t *testing.T) {
 	t.Parallel()
-	ns := env.newProject(t)
-	startOperator(t, ns, fastSettings())
-	prod := env.latchedStages(t, ns, "prod")[0]
-	good, err := prod.CurrentFreight(ctx)
-	must(t, err)
-	rollback, err := prod.StartPromotionOf(ctx, good, "kubernetes:dev")
-	must(t, err)
-	_, err = prod.FinishPromotion(ctx, "Succeeded")
-	must(t, err)
+	ns, prod, good := latchedProd(t)
+	rollback := rollBack(t, prod, good)
 	if _, errOut, code := runCLI(t, env.cluster.UserConfig(devToken), "pause", "prod", "-n", ns); code != 0 {
 		t.Fatalf("pause: exit %d: %s", code, errOut)
 	}
