@@ -57,18 +57,10 @@ func printHolds(out io.Writer, rows []StageStatus, withProject bool, now time.Ti
 	}
 	fmt.Fprintln(out, holdsHeading)
 	w := tabwriter.NewWriter(out, 0, 4, 3, ' ', 0)
-	header := "STAGE\tORIGIN\tFREIGHT\tACTOR\tPROMOTION\tSINCE"
-	if withProject {
-		header = "PROJECT\t" + header
-	}
-	fmt.Fprintln(w, header)
+	tableRow(w, withProject, "PROJECT", "STAGE", "ORIGIN", "FREIGHT", "ACTOR", "PROMOTION", "SINCE")
 	for _, r := range rows {
 		for _, h := range r.KargoHolds {
-			cells := []string{r.Stage, h.Origin, dash(h.Freight), dash(h.Actor), dash(h.Promotion), age(h.Since, now)}
-			if withProject {
-				cells = append([]string{r.Project}, cells...)
-			}
-			fmt.Fprintln(w, strings.Join(cells, "\t"))
+			tableRow(w, withProject, r.Project, r.Stage, h.Origin, dash(h.Freight), dash(h.Actor), dash(h.Promotion), age(h.Since, now))
 		}
 	}
 	return w.Flush()

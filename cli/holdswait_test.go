@@ -113,7 +113,7 @@ func TestWaitForResumedWhileTheHoldIsBeingReleased(t *testing.T) {
 // Stage brings nothing after the first list.
 func TestWaitForResumedReadsTheStageAnewBeforeExiting4(t *testing.T) {
 	t.Parallel()
-	client := fakeClient(prodStage(kargoView{holds: rollbackHold}, latch.Record{}), stagePauseObject("inc-1"))
+	client := fakeClient(prodStage(kargoView{holds: rollbackHold}, latch.Record{}), incidentPause())
 	client.PrependWatchReactor("stages", func(k8stesting.Action) (bool, watch.Interface, error) {
 		return true, watch.NewRaceFreeFake(), nil // a watch that lags for ever
 	})
@@ -131,11 +131,12 @@ func TestWaitForResumedReadsTheStageAnewBeforeExiting4(t *testing.T) {
 	}
 }
 
-// stagePauseObject is the StagePause project/name of the Stage prod.
-func stagePauseObject(name string) *unstructured.Unstructured {
+// incidentPause is the StagePause project/inc-1 of the Stage prod, with
+// the reason Incident.
+func incidentPause() *unstructured.Unstructured {
 	return &unstructured.Unstructured{Object: map[string]any{
 		"apiVersion": v1alpha1.GroupVersion.String(), "kind": "StagePause",
-		"metadata": map[string]any{"name": name, "namespace": "project"},
+		"metadata": map[string]any{"name": "inc-1", "namespace": "project"},
 		"spec":     map[string]any{"stage": "prod", "reason": "Incident"},
 	}}
 }
@@ -144,7 +145,7 @@ func stagePauseObject(name string) *unstructured.Unstructured {
 // only.
 func TestWaitForResumedWatchesTheStagesPromotions(t *testing.T) {
 	t.Parallel()
-	client := fakeClient(prodStage(kargoView{}, latch.Record{}), stagePauseObject("inc-1"))
+	client := fakeClient(prodStage(kargoView{}, latch.Record{}), incidentPause())
 	w := startWait(t.Context(), client, waitOptions{condition: "resumed", timeout: 500 * time.Millisecond})
 	w.progressed(t, "the Stage is paused by StagePause inc-1")
 	if err := w.result(t); exitCode(err, true) != ExitTimeout {

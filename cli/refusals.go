@@ -109,9 +109,9 @@ func (w *waiter) confirmRefusal(ctx context.Context, r refusal) error {
 		return nil
 	case <-time.After(refusalGrace):
 	}
-	err := r.readAgain(ctx)
-	if again := (refusal{resource: r.resource, required: r.required, err: err}); isRefusal(err) && again.ends() {
-		return w.refusedError(err, r.resource)
+	r.err = r.readAgain(ctx) // ends() judges the new answer
+	if isRefusal(r.err) && r.ends() {
+		return w.refusedError(r.err, r.resource)
 	}
 	return nil // it answers, or does not answer at all (reachability's to judge)
 }

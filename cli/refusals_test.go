@@ -8,14 +8,12 @@ import (
 	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/watch"
 	dynamicfake "k8s.io/client-go/dynamic/fake"
 	k8stesting "k8s.io/client-go/testing"
 
-	"github.com/kargo-latch/kargo-latch/api/v1alpha1"
 	"github.com/kargo-latch/kargo-latch/latch"
 )
 
@@ -101,11 +99,7 @@ func stageResource(resource string) schema.GroupResource {
 // bound on an API server that does not answer.
 func TestWaitEndsOnARefusalMidWait(t *testing.T) {
 	t.Parallel()
-	pause := &unstructured.Unstructured{Object: map[string]any{
-		"apiVersion": v1alpha1.GroupVersion.String(), "kind": "StagePause",
-		"metadata": map[string]any{"name": "inc-1", "namespace": "project"},
-		"spec":     map[string]any{"stage": "prod", "reason": "Incident"},
-	}}
+	pause := incidentPause()
 	promoted := prodStage(kargoView{last: promo1, lastPhase: promotionSucceeded}, cycleOf(promo1, latch.PhasePromoted, nil))
 	for name, c := range map[string]struct {
 		cond     string

@@ -297,6 +297,15 @@ func covering(ns, stage string, pauses []v1alpha1.StagePause) []v1alpha1.StagePa
 	return out
 }
 
+// tableRow writes one row of a status table: project first, only when
+// the table spans projects.
+func tableRow(w io.Writer, withProject bool, project string, cells ...string) {
+	if withProject {
+		cells = append([]string{project}, cells...)
+	}
+	fmt.Fprintln(w, strings.Join(cells, "\t"))
+}
+
 // phaseSince is when the Stage entered its current phase.
 func phaseSince(r latch.Record) *time.Time {
 	switch r.Phase {
@@ -314,22 +323,14 @@ func phaseSince(r latch.Record) *time.Time {
 
 func printTable(out io.Writer, rows []StageStatus, withProject bool, now time.Time) error {
 	w := tabwriter.NewWriter(out, 0, 4, 3, ' ', 0)
-	header := "STAGE\tPHASE\tAPPS\tPAUSED\tREASON\tPAUSES\tHELD\tSINCE\tLATCHED\tVERIFIED"
-	if withProject {
-		header = "PROJECT\t" + header
-	}
-	fmt.Fprintln(w, header)
+	tableRow(w, withProject, "PROJECT", "STAGE", "PHASE", "APPS", "PAUSED", "REASON", "PAUSES", "HELD", "SINCE", "LATCHED", "VERIFIED")
 	for _, r := range rows {
 		paused := "no"
 		if r.Paused {
 			paused = "yes"
 		}
-		cells := []string{r.Stage, r.Phase, appsCell(r), paused, dash(r.Reason), dash(strings.Join(r.Pauses, ",")),
-			heldCell(r), age(r.Since, now), age(r.LatchedAt, now), verifiedCell(r)}
-		if withProject {
-			cells = append([]string{r.Project}, cells...)
-		}
-		fmt.Fprintln(w, strings.Join(cells, "\t"))
+		tableRow(w, withProject, r.Project, r.Stage, r.Phase, appsCell(r), paused, dash(r.Reason), dash(strings.Join(r.Pauses, ",")),
+			heldCell(r), age(r.Since, now), age(r.LatchedAt, now), verifiedCell(r))
 	}
 	if len(rows) == 0 {
 		fmt.Fprintln(w, "(no Stages)")

@@ -228,11 +228,7 @@ func TestWaitRefusesWhatIsNotThere(t *testing.T) {
 // release it.
 func TestWaitForResumedWhileKargoHolds(t *testing.T) {
 	t.Parallel()
-	p := &unstructured.Unstructured{Object: map[string]any{
-		"apiVersion": v1alpha1.GroupVersion.String(), "kind": "StagePause",
-		"metadata": map[string]any{"name": "inc-1", "namespace": "project"},
-		"spec":     map[string]any{"stage": "prod", "reason": "Incident"},
-	}}
+	p := incidentPause()
 	client := fakeClient(prodStage(kargoView{holds: rollbackHold}, latch.Record{}), p)
 	w := startWait(t.Context(), client, waitOptions{condition: "resumed"})
 	w.progressed(t, "the Stage is paused by StagePause inc-1 (reason Incident); Kargo itself still holds auto-promotion from Warehouse/images")
