@@ -111,6 +111,10 @@ func TestGaugesAfterFailoverResume(t *testing.T) {
 		return len(prom.query(t, fmt.Sprintf(`timestamp(kargo_latch_stage_phase{instance=%q,project=%q,stage="prod",phase="Latched"}) > %.3f`,
 			oldInstance, ns, float64(exported.UnixMilli())/1000))) == 1
 	})
+	// The alert's state is that of the last rule evaluation, which may still
+	// hold a scrape of the old leader's view from before the freeze.
+	scraped := time.Now()
+	waitFor(t, "Prometheus to evaluate the rules after that scrape", func() bool { return prom.evaluatedSince(t, scraped) })
 	if got := prom.query(t, fmt.Sprintf(`max by (project, stage, reason) (kargo_latch_stage_paused{project=%q}) == 1`, ns)); len(got) != 0 {
 		t.Errorf("KargoStagePaused's expression finds %v after the old leader's scrape, want nothing", got)
 	}

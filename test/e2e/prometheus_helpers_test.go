@@ -13,6 +13,7 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+	"time"
 
 	dto "github.com/prometheus/client_model/go"
 	"github.com/prometheus/common/expfmt"
@@ -206,6 +207,31 @@ func (p *promServer) firing(t *testing.T, name string, match map[string]string) 
 		}
 	}
 	return nil
+}
+
+// evaluatedSince reports whether every rule group has been evaluated after
+// since: an alert's state read before that may predate a scrape the test
+// waited for.
+func (p *promServer) evaluatedSince(t *testing.T, since time.Time) bool {
+	t.Helper()
+	code, body, err := httpGet(p.url + "/api/v1/rules")
+	if err != nil || code != http.StatusOK {
+		t.Fatalf("GET /api/v1/rules: %d %v", code, err)
+	}
+	var resp struct {
+		Data struct {
+			Groups []struct {
+				LastEvaluation time.Time `json:"lastEvaluation"`
+			} `json:"groups"`
+		} `json:"data"`
+	}
+	must(t, json.Unmarshal(body, &resp))
+	for _, g := range resp.Data.Groups {
+		if !g.LastEvaluation.After(since) {
+			return false
+		}
+	}
+	return len(resp.Data.Groups) > 0
 }
 
 // query runs an instant query and returns the labels of each sample.
