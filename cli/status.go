@@ -19,8 +19,8 @@ import (
 	"k8s.io/client-go/dynamic"
 	"sigs.k8s.io/yaml"
 
+	"github.com/kargo-latch/kargo-latch/api"
 	"github.com/kargo-latch/kargo-latch/api/v1alpha1"
-	"github.com/kargo-latch/kargo-latch/controller"
 	"github.com/kargo-latch/kargo-latch/kargo"
 	"github.com/kargo-latch/kargo-latch/latch"
 )
@@ -245,7 +245,7 @@ func pausesOf(items []*unstructured.Unstructured) []v1alpha1.StagePause {
 
 func row(u *unstructured.Unstructured, pauses []v1alpha1.StagePause) StageStatus {
 	r := StageStatus{Project: u.GetNamespace(), Stage: u.GetName(), Phase: "-"}
-	if rec, err := latch.Decode(u.GetAnnotations()[controller.StateAnnotation]); err != nil {
+	if rec, err := latch.Decode(u.GetAnnotations()[api.StateAnnotation]); err != nil {
 		r.Phase = "invalid record"
 	} else if !rec.IsZero() {
 		r.Phase, r.Record, r.LatchedAt = string(rec.Phase), &rec, rec.LatchedAt

@@ -10,7 +10,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 
-	"github.com/kargo-latch/kargo-latch/controller"
+	"github.com/kargo-latch/kargo-latch/api"
 	"github.com/kargo-latch/kargo-latch/latch"
 	"github.com/kargo-latch/kargo-latch/test/driver"
 )
@@ -41,7 +41,7 @@ func stage(t *testing.T, health map[string]any, freight []string, rec latch.Reco
 		"status":   status,
 	}}
 	if !rec.IsZero() {
-		u.SetAnnotations(map[string]string{controller.StateAnnotation: rec.Encode()})
+		u.SetAnnotations(map[string]string{api.StateAnnotation: rec.Encode()})
 	}
 	return u
 }

@@ -24,6 +24,7 @@ import (
 	"k8s.io/klog/v2"
 	"k8s.io/klog/v2/ktesting"
 
+	"github.com/kargo-latch/kargo-latch/api"
 	"github.com/kargo-latch/kargo-latch/api/v1alpha1"
 	"github.com/kargo-latch/kargo-latch/kargo"
 	"github.com/kargo-latch/kargo-latch/latch"
@@ -35,7 +36,7 @@ import (
 func failedStage() *unstructured.Unstructured {
 	prior := latch.Record{Phase: latch.PhaseLatched, Promotion: "p1", FreightID: "F1", ExaminedPromotion: "p1",
 		PromotedAt: ptrTime(time.Date(2026, 11, 29, 10, 0, 0, 0, time.UTC)), LatchedAt: ptrTime(time.Date(2026, 11, 29, 10, 1, 0, 0, time.UTC))}
-	stage := healthyStage("prod", map[string]any{PauseOnFailureAnnotation: "true", StateAnnotation: prior.Encode()})
+	stage := healthyStage("prod", map[string]any{api.PauseOnFailureAnnotation: "true", api.StateAnnotation: prior.Encode()})
 	stage.Object["status"].(map[string]any)["lastPromotion"] = map[string]any{
 		"name": "p2", "finishedAt": "2026-11-29T11:00:00Z", "status": map[string]any{"phase": "Failed"},
 	}
@@ -48,8 +49,8 @@ func pausedStage(createdAgo time.Duration) (*unstructured.Unstructured, *unstruc
 	rec := latch.Record{Phase: latch.PhaseLatched, Promotion: "p1", FreightID: "F1", ExaminedPromotion: "p1",
 		PromotedAt: ptrTime(time.Date(2026, 11, 29, 10, 0, 0, 0, time.UTC)), LatchedAt: ptrTime(time.Date(2026, 11, 29, 10, 1, 0, 0, time.UTC)),
 		Pauses: []string{"hold"}, PausedBy: &latch.PauseMark{Name: "hold", UID: "pause-uid", At: time.Now().Add(-createdAgo)}}
-	stage := healthyStage("prod", map[string]any{StateAnnotation: rec.Encode()})
-	stage.SetLabels(map[string]string{PausedLabel: "true"})
+	stage := healthyStage("prod", map[string]any{api.StateAnnotation: rec.Encode()})
+	stage.SetLabels(map[string]string{api.PausedLabel: "true"})
 	stage.SetUID("stage-uid")
 	pause := &unstructured.Unstructured{Object: map[string]any{
 		"apiVersion": v1alpha1.GroupVersion.String(), "kind": "StagePause",
@@ -68,7 +69,7 @@ func (f *fixture) stagePausedEvents() []corev1.Event {
 	}
 	var out []corev1.Event
 	for _, e := range events.Items {
-		if e.Reason == ReasonStagePaused {
+		if e.Reason == api.ReasonStagePaused {
 			out = append(out, e)
 		}
 	}
@@ -145,7 +146,7 @@ func TestRestartedReplicaDoesNotAnnounceTwice(t *testing.T) {
 		f := newFixtureWith(t, false, func(f *fixture) {
 			s := kargo.StageFromUnstructured(stage)
 			p := &v1alpha1.StagePause{ObjectMeta: metav1.ObjectMeta{Name: "hold", UID: "pause-uid"}}
-			existing = &corev1.Event{ObjectMeta: metav1.ObjectMeta{Name: eventName(s, "paused", string(p.UID)+"\x00"+p.Name), Namespace: "shop"}, Reason: ReasonStagePaused}
+			existing = &corev1.Event{ObjectMeta: metav1.ObjectMeta{Name: eventName(s, "paused", string(p.UID)+"\x00"+p.Name), Namespace: "shop"}, Reason: api.ReasonStagePaused}
 			if _, err := f.kube.CoreV1().Events("shop").Create(context.Background(), existing, metav1.CreateOptions{}); err != nil {
 				t.Fatal(err)
 			}
@@ -196,7 +197,7 @@ func TestFailureReadsTheStageOnlyWhenTheCacheMayBeBehind(t *testing.T) {
 		}
 	})
 	t.Run("the cache shows this replica's write", func(t *testing.T) {
-		stage := healthyStage("prod", map[string]any{PauseOnFailureAnnotation: "true"})
+		stage := healthyStage("prod", map[string]any{api.PauseOnFailureAnnotation: "true"})
 		f := newFixture(t, false, stage)
 		f.waitEvent("Normal HealthLatched")
 		waitUntil(t, func() bool { return f.syncs() >= 2 }) // the latch, then its echo
@@ -270,7 +271,7 @@ func TestFailureOnACacheBehindItsOwnStoreWaitsForTheEvent(t *testing.T) {
 	var r latch.Record
 	if u, err := client.Resource(kargo.StagesResource).Namespace("shop").Get(ctx, "prod", metav1.GetOptions{}); err != nil {
 		t.Fatal(err)
-	} else if r, err = latch.Decode(u.GetAnnotations()[StateAnnotation]); err != nil || len(r.Pauses) != 1 {
+	} else if r, err = latch.Decode(u.GetAnnotations()[api.StateAnnotation]); err != nil || len(r.Pauses) != 1 {
 		t.Fatalf("stored record %+v (%v), want it paused", r, err)
 	}
 	client.ClearActions()

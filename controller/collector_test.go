@@ -21,6 +21,7 @@ import (
 	"k8s.io/client-go/tools/record"
 	"k8s.io/klog/v2/ktesting"
 
+	"github.com/kargo-latch/kargo-latch/api"
 	"github.com/kargo-latch/kargo-latch/api/v1alpha1"
 	"github.com/kargo-latch/kargo-latch/kargo"
 	"github.com/kargo-latch/kargo-latch/latch"
@@ -131,7 +132,7 @@ func (s *standby) setRecord(stage string, r latch.Record) {
 	if annotations == nil {
 		annotations = map[string]string{}
 	}
-	annotations[StateAnnotation] = r.Encode()
+	annotations[api.StateAnnotation] = r.Encode()
 	u.SetAnnotations(annotations)
 	// The API server moves the resourceVersion on every write; the fake
 	// does not.
@@ -186,10 +187,10 @@ func latchedRecord(pauses ...string) latch.Record {
 // resume. Set gauges would export nothing here, or keep the pause forever.
 func TestStandbyGaugesFollowTheStoredRecord(t *testing.T) {
 	s := newStandby(t,
-		healthyStage("prod", map[string]any{StateAnnotation: latchedRecord("hold").Encode()}),
-		healthyStage("qa", map[string]any{StateAnnotation: latch.Record{Phase: latch.PhaseIdle}.Encode()}),
+		healthyStage("prod", map[string]any{api.StateAnnotation: latchedRecord("hold").Encode()}),
+		healthyStage("qa", map[string]any{api.StateAnnotation: latch.Record{Phase: latch.PhaseIdle}.Encode()}),
 		healthyStage("new", nil),
-		healthyStage("junk", map[string]any{StateAnnotation: "{not a record"}),
+		healthyStage("junk", map[string]any{api.StateAnnotation: "{not a record"}),
 		stagePause("hold", "prod", "Degraded"),
 	)
 	s.waitSeries("the stored pause", "paused{prod,Degraded}=1", "phase{prod}=Latched", "phase{qa}=Idle")
@@ -208,7 +209,7 @@ func TestStandbyGaugesFollowTheStoredRecord(t *testing.T) {
 // label and the StagePaused Event), and its reason is the first covering
 // pause's by name, a project-wide one included, as the syncs pick it.
 func TestPausedGaugeNeedsTheRecordAndTakesTheFirstReason(t *testing.T) {
-	s := newStandby(t, healthyStage("prod", map[string]any{StateAnnotation: latchedRecord().Encode()}),
+	s := newStandby(t, healthyStage("prod", map[string]any{api.StateAnnotation: latchedRecord().Encode()}),
 		stagePause("m-failure", "prod", "PromotionFailed"))
 	s.waitCached("m-failure")
 	s.waitSeries("a pause the record does not list yet", "phase{prod}=Latched")
@@ -242,7 +243,7 @@ func TestWalksDecodeOnlyChangedRecords(t *testing.T) {
 	const stages = 1000
 	objs := make([]*unstructured.Unstructured, stages)
 	for i := range objs {
-		objs[i] = healthyStage(fmt.Sprintf("s%04d", i), map[string]any{StateAnnotation: latchedRecord("hold").Encode()})
+		objs[i] = healthyStage(fmt.Sprintf("s%04d", i), map[string]any{api.StateAnnotation: latchedRecord("hold").Encode()})
 	}
 	s := newStandby(t, append(objs, stagePause("hold", "*", "Manual"))...)
 	states := newStageStates(s.c)
@@ -337,7 +338,7 @@ func TestNoGaugesBeforeTheCachesSync(t *testing.T) {
 		t.Fatal(err)
 	}
 	// Put a Stage in the cache by hand, as a half-done initial list would.
-	stage := kargo.StageFromUnstructured(healthyStage("prod", map[string]any{StateAnnotation: latchedRecord().Encode()}))
+	stage := kargo.StageFromUnstructured(healthyStage("prod", map[string]any{api.StateAnnotation: latchedRecord().Encode()}))
 	indexer := c.stageInformersFor("shop")[0].GetIndexer()
 	if err := indexer.Add(stage); err != nil {
 		t.Fatal(err)
@@ -364,7 +365,7 @@ func BenchmarkScrape10000Stages(b *testing.B) {
 	}
 	objs := make([]runtime.Object, stages)
 	for i := range objs {
-		objs[i] = healthyStage(fmt.Sprintf("s%05d", i), map[string]any{StateAnnotation: rec.Encode()})
+		objs[i] = healthyStage(fmt.Sprintf("s%05d", i), map[string]any{api.StateAnnotation: rec.Encode()})
 	}
 	client := dynamicfake.NewSimpleDynamicClientWithCustomListKinds(runtime.NewScheme(), map[schema.GroupVersionResource]string{
 		kargo.StagesResource: "StageList", kargo.PromotionsResource: "PromotionList", v1alpha1.StagePausesResource: "StagePauseList",

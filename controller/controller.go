@@ -27,6 +27,7 @@ import (
 	"k8s.io/klog/v2"
 	"k8s.io/utils/clock"
 
+	"github.com/kargo-latch/kargo-latch/api"
 	"github.com/kargo-latch/kargo-latch/api/v1alpha1"
 	"github.com/kargo-latch/kargo-latch/kargo"
 	"github.com/kargo-latch/kargo-latch/latch"
@@ -282,7 +283,7 @@ func (c *Controller) Start(ctx context.Context) error {
 		broadcaster.StartStructuredLogging(4)
 		broadcaster.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: c.cfg.Kube.CoreV1().Events("")})
 		go func() { <-ctx.Done(); broadcaster.Shutdown() }()
-		c.recorder = broadcaster.NewRecorder(scheme.Scheme, corev1.EventSource{Component: FieldManager})
+		c.recorder = broadcaster.NewRecorder(scheme.Scheme, corev1.EventSource{Component: api.FieldManager})
 	}
 	c.bypass.stopWhen(ctx.Done())
 	for _, inf := range c.informers {

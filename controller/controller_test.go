@@ -20,6 +20,7 @@ import (
 	"k8s.io/klog/v2"
 	"k8s.io/klog/v2/ktesting"
 
+	"github.com/kargo-latch/kargo-latch/api"
 	"github.com/kargo-latch/kargo-latch/api/v1alpha1"
 	"github.com/kargo-latch/kargo-latch/kargo"
 	"github.com/kargo-latch/kargo-latch/latch"
@@ -125,7 +126,7 @@ func (f *fixture) record(name string) latch.Record {
 	if err != nil {
 		f.t.Fatal(err)
 	}
-	r, err := latch.Decode(u.GetAnnotations()[StateAnnotation])
+	r, err := latch.Decode(u.GetAnnotations()[api.StateAnnotation])
 	if err != nil {
 		f.t.Fatal(err)
 	}
@@ -140,7 +141,7 @@ func (f *fixture) cacheShowsServer(name string) bool {
 		f.t.Fatal(err)
 	}
 	cached, ok, err := f.c.stageByKey(cache.ObjectName{Namespace: "shop", Name: name})
-	return err == nil && ok && cached.State.Value() == u.GetAnnotations()[StateAnnotation]
+	return err == nil && ok && cached.State.Value() == u.GetAnnotations()[api.StateAnnotation]
 }
 
 // syncs counts the Stage syncs the controller finished.
@@ -265,7 +266,7 @@ func (f *fixture) touch(name string) {
 }
 
 func TestDryRunWritesNothingButReports(t *testing.T) {
-	f := newFixture(t, true, healthyStage("prod", map[string]any{LatchDeadlineAnnotation: "soon"}))
+	f := newFixture(t, true, healthyStage("prod", map[string]any{api.LatchDeadlineAnnotation: "soon"}))
 	f.waitEvent("Warning InvalidConfig")
 	f.waitEvent("Normal HealthLatched")
 	f.idle()
@@ -280,7 +281,7 @@ func TestDryRunWritesNothingButReports(t *testing.T) {
 func TestFailureCreatesItsPauseOnce(t *testing.T) {
 	prior := latch.Record{Phase: latch.PhaseLatched, Promotion: "p1", FreightID: "F1", ExaminedPromotion: "p1",
 		PromotedAt: ptrTime(time.Date(2026, 11, 29, 10, 0, 0, 0, time.UTC)), LatchedAt: ptrTime(time.Date(2026, 11, 29, 10, 1, 0, 0, time.UTC))}
-	stage := healthyStage("prod", map[string]any{PauseOnFailureAnnotation: "true", StateAnnotation: prior.Encode()})
+	stage := healthyStage("prod", map[string]any{api.PauseOnFailureAnnotation: "true", api.StateAnnotation: prior.Encode()})
 	stage.Object["status"].(map[string]any)["lastPromotion"] = map[string]any{
 		"name": "p2", "finishedAt": "2026-11-29T11:00:00Z", "status": map[string]any{"phase": "Failed"},
 	}
@@ -318,7 +319,7 @@ func TestFailureCreatesItsPauseOnce(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(pauses.Items) != 1 || len(events.Items) != 1 || events.Items[0].Reason != ReasonStagePaused {
+	if len(pauses.Items) != 1 || len(events.Items) != 1 || events.Items[0].Reason != api.ReasonStagePaused {
 		t.Errorf("after another sync: %d StagePauses and Events %+v, want one of each", len(pauses.Items), events.Items)
 	}
 }

@@ -14,6 +14,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/klog/v2"
 
+	"github.com/kargo-latch/kargo-latch/api"
 	"github.com/kargo-latch/kargo-latch/api/v1alpha1"
 	"github.com/kargo-latch/kargo-latch/kargo"
 	"github.com/kargo-latch/kargo-latch/latch"
@@ -143,7 +144,7 @@ func drainedFor(p *kargo.Promotion) types.UID {
 	if !abortAsked(p) {
 		return ""
 	}
-	return types.UID(p.Annotations[DrainedByAnnotation])
+	return types.UID(p.Annotations[api.DrainedByAnnotation])
 }
 
 func abortAsked(p *kargo.Promotion) bool {
@@ -183,7 +184,7 @@ func (c *Controller) drain(ctx context.Context, stage *kargo.Stage, pause *v1alp
 	slices.Sort(drained)
 	if c.cfg.DryRun {
 		klog.FromContext(ctx).Info("Dry run: would abort queued auto-promotions", "pause", pause.Name, "promotions", drained)
-		c.event(stage, corev1.EventTypeNormal, ReasonPromotionDrained,
+		c.event(stage, corev1.EventTypeNormal, api.ReasonPromotionDrained,
 			fmt.Sprintf("Dry run: would abort %d queued auto-promotion(s) as StagePause %s takes effect: %s", len(drained), pause.Name, strings.Join(drained, ", ")))
 		return nil
 	}
@@ -193,7 +194,7 @@ func (c *Controller) drain(ctx context.Context, stage *kargo.Stage, pause *v1alp
 		// it. Until then, the abort's mark keeps them owed (drainFor).
 		return err
 	}
-	c.event(stage, corev1.EventTypeNormal, ReasonPromotionDrained,
+	c.event(stage, corev1.EventTypeNormal, api.ReasonPromotionDrained,
 		fmt.Sprintf("Aborted %d queued auto-promotion(s) as StagePause %s took effect: %s", len(added), pause.Name, strings.Join(added, ", ")))
 	return nil
 }
@@ -215,9 +216,9 @@ func (c *Controller) abort(ctx context.Context, p *kargo.Promotion, pause *v1alp
 		}
 		patch, _ := json.Marshal(map[string]any{"metadata": map[string]any{
 			"resourceVersion": p.ResourceVersion,
-			"annotations":     map[string]string{kargo.AbortAnnotation: "terminate", DrainedByAnnotation: string(pause.UID)},
+			"annotations":     map[string]string{kargo.AbortAnnotation: "terminate", api.DrainedByAnnotation: string(pause.UID)},
 		}})
-		_, err := client.Patch(ctx, p.Name, types.MergePatchType, patch, metav1.PatchOptions{FieldManager: FieldManager})
+		_, err := client.Patch(ctx, p.Name, types.MergePatchType, patch, metav1.PatchOptions{FieldManager: api.FieldManager})
 		switch {
 		case err == nil:
 			return true, nil
@@ -268,7 +269,7 @@ func (c *Controller) addDrained(ctx context.Context, pause *v1alpha1.StagePause,
 			"metadata": map[string]any{"resourceVersion": u.GetResourceVersion()},
 			"status":   map[string]any{"drained": all},
 		})
-		_, err = client.Patch(ctx, pause.Name, types.MergePatchType, patch, metav1.PatchOptions{FieldManager: FieldManager}, "status")
+		_, err = client.Patch(ctx, pause.Name, types.MergePatchType, patch, metav1.PatchOptions{FieldManager: api.FieldManager}, "status")
 		if err == nil {
 			return added, nil
 		}

@@ -13,6 +13,7 @@ import (
 	"k8s.io/apimachinery/pkg/watch"
 	k8stesting "k8s.io/client-go/testing"
 
+	"github.com/kargo-latch/kargo-latch/api"
 	"github.com/kargo-latch/kargo-latch/api/v1alpha1"
 	"github.com/kargo-latch/kargo-latch/kargo"
 )
@@ -107,7 +108,7 @@ func TestDrainLeavesAnotherAbortAlone(t *testing.T) {
 
 // drainingStage is the latched, healthy Stage prod with the drain on.
 func drainingStage() *unstructured.Unstructured {
-	return healthyStage("prod", map[string]any{DrainOnPauseAnnotation: "true"})
+	return healthyStage("prod", map[string]any{api.DrainOnPauseAnnotation: "true"})
 }
 
 // holdPause is a person's pause of prod.
@@ -156,7 +157,7 @@ func (f *fixture) assertDrainedEvents(want int) {
 	for {
 		select {
 		case e := <-f.recorder.Events:
-			if strings.HasPrefix(e, "Normal "+ReasonPromotionDrained) {
+			if strings.HasPrefix(e, "Normal "+api.ReasonPromotionDrained) {
 				n++
 			}
 			continue

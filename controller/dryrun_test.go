@@ -6,6 +6,7 @@ import (
 
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 
+	"github.com/kargo-latch/kargo-latch/api"
 	"github.com/kargo-latch/kargo-latch/api/v1alpha1"
 )
 
@@ -15,7 +16,7 @@ import (
 func TestDryRunReportsPausesAndDrains(t *testing.T) {
 	stage := failedStage()
 	annotations := stage.GetAnnotations()
-	annotations[DrainOnPauseAnnotation] = "true"
+	annotations[api.DrainOnPauseAnnotation] = "true"
 	stage.SetAnnotations(annotations)
 	queued := &unstructured.Unstructured{Object: map[string]any{
 		"apiVersion": "kargo.akuity.io/v1alpha1", "kind": "Promotion",

@@ -10,6 +10,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/kargo-latch/kargo-latch/api"
 	"github.com/kargo-latch/kargo-latch/api/v1alpha1"
 	"github.com/kargo-latch/kargo-latch/kargo"
 	"github.com/kargo-latch/kargo-latch/latch"
@@ -21,16 +22,16 @@ func (c *Controller) afterStore(stage *kargo.Stage, pauses []*v1alpha1.StagePaus
 	for _, a := range res.Actions {
 		switch a.Kind {
 		case latch.ActionLatched:
-			c.event(stage, corev1.EventTypeNormal, ReasonHealthLatched, a.Message)
+			c.event(stage, corev1.EventTypeNormal, api.ReasonHealthLatched, a.Message)
 			if a.TimeToLatch > 0 {
 				c.cfg.Metrics.TimeToLatch.Observe(a.TimeToLatch.Seconds())
 			}
 		case latch.ActionDegraded:
-			c.event(stage, corev1.EventTypeWarning, ReasonStageDegraded, a.Message)
+			c.event(stage, corev1.EventTypeWarning, api.ReasonStageDegraded, a.Message)
 		case latch.ActionRecovered:
-			c.event(stage, corev1.EventTypeNormal, ReasonStageRecovered, a.Message)
+			c.event(stage, corev1.EventTypeNormal, api.ReasonStageRecovered, a.Message)
 		case latch.ActionFailed:
-			c.event(stage, corev1.EventTypeWarning, ReasonLatchFailed, fmt.Sprintf("%s: %s", a.Reason, a.Message))
+			c.event(stage, corev1.EventTypeWarning, api.ReasonLatchFailed, fmt.Sprintf("%s: %s", a.Reason, a.Message))
 			c.cfg.Metrics.FailuresTotal.WithLabelValues(ns, name, string(a.Reason)).Inc()
 		case latch.ActionProgressingIgnored:
 			c.cfg.Metrics.ProgressingIgnored.WithLabelValues(ns, name).Inc()
@@ -39,7 +40,7 @@ func (c *Controller) afterStore(stage *kargo.Stage, pauses []*v1alpha1.StagePaus
 				c.cfg.Metrics.PausesTotal.WithLabelValues(ns, name, p.EffectiveReason()).Inc()
 			}
 		case latch.ActionResumed:
-			c.event(stage, corev1.EventTypeNormal, ReasonStageResumed, resumedMessage(stage))
+			c.event(stage, corev1.EventTypeNormal, api.ReasonStageResumed, resumedMessage(stage))
 			c.cfg.Metrics.ResumesTotal.WithLabelValues(ns, name).Inc()
 		case latch.ActionCycleStarted, latch.ActionCreatePause, latch.ActionMarkVerified:
 			// Kargo announces promotions itself; a new pause is reported
@@ -47,8 +48,8 @@ func (c *Controller) afterStore(stage *kargo.Stage, pauses []*v1alpha1.StagePaus
 		}
 	}
 	if labelRestored {
-		c.event(stage, corev1.EventTypeWarning, ReasonPauseLabelRestored,
-			fmt.Sprintf("Put back the %s label that was removed: StagePause %s still covers the Stage", PausedLabel, pauses[0].Name))
+		c.event(stage, corev1.EventTypeWarning, api.ReasonPauseLabelRestored,
+			fmt.Sprintf("Put back the %s label that was removed: StagePause %s still covers the Stage", api.PausedLabel, pauses[0].Name))
 	}
 }
 
@@ -76,7 +77,7 @@ func (c *Controller) eventOnce(ctx context.Context, stage *kargo.Stage, name, ev
 			Namespace: stage.Namespace, Name: stage.Name, UID: stage.UID,
 		},
 		Reason: reason, Message: truncate(msg, 1024), Type: eventType,
-		Source:         corev1.EventSource{Component: FieldManager},
+		Source:         corev1.EventSource{Component: api.FieldManager},
 		FirstTimestamp: now, LastTimestamp: now, Count: 1,
 	}
 	_, err := c.cfg.Kube.CoreV1().Events(stage.Namespace).Create(ctx, ev, metav1.CreateOptions{})

@@ -12,6 +12,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/klog/v2"
 
+	"github.com/kargo-latch/kargo-latch/api"
 	"github.com/kargo-latch/kargo-latch/api/v1alpha1"
 	"github.com/kargo-latch/kargo-latch/kargo"
 	"github.com/kargo-latch/kargo-latch/latch"
@@ -23,7 +24,7 @@ func (c *Controller) reportDryRunPauses(ctx context.Context, stage *kargo.Stage,
 	for _, a := range res.Actions {
 		if a.Kind == latch.ActionCreatePause {
 			klog.FromContext(ctx).Info("Dry run: would create a StagePause", "pause", a.Pause, "reason", a.Reason)
-			c.event(stage, corev1.EventTypeWarning, ReasonStagePaused, fmt.Sprintf("Dry run: would create StagePause %s (reason %s): %s", a.Pause, a.Reason, truncate(a.Message, 512)))
+			c.event(stage, corev1.EventTypeWarning, api.ReasonStagePaused, fmt.Sprintf("Dry run: would create StagePause %s (reason %s): %s", a.Pause, a.Reason, truncate(a.Message, 512)))
 		}
 	}
 }
@@ -92,7 +93,7 @@ func (c *Controller) createFailurePause(ctx context.Context, stage *kargo.Stage,
 	}
 	delete(obj, "status")
 	client := c.cfg.Dynamic.Resource(v1alpha1.StagePausesResource).Namespace(stage.Namespace)
-	u, err := client.Create(ctx, &unstructured.Unstructured{Object: obj}, metav1.CreateOptions{FieldManager: FieldManager})
+	u, err := client.Create(ctx, &unstructured.Unstructured{Object: obj}, metav1.CreateOptions{FieldManager: api.FieldManager})
 	if apierrors.IsAlreadyExists(err) {
 		u, err = client.Get(ctx, a.Pause, metav1.GetOptions{})
 	} else if err == nil {
@@ -118,5 +119,5 @@ func (c *Controller) pausedEvent(ctx context.Context, stage *kargo.Stage, mark l
 			msg += ": " + truncate(p.Spec.Message, 1024)
 		}
 	}
-	return c.eventOnce(ctx, stage, eventName(stage, "paused", mark.UID+"\x00"+mark.Name), corev1.EventTypeWarning, ReasonStagePaused, msg)
+	return c.eventOnce(ctx, stage, eventName(stage, "paused", mark.UID+"\x00"+mark.Name), corev1.EventTypeWarning, api.ReasonStagePaused, msg)
 }

@@ -16,13 +16,10 @@ import (
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/klog/v2"
 
+	"github.com/kargo-latch/kargo-latch/api"
 	"github.com/kargo-latch/kargo-latch/api/v1alpha1"
 	"github.com/kargo-latch/kargo-latch/kargo"
 )
-
-// ReasonGateBypassed is the Warning on a Stage when an auto-promotion to it
-// was created while a StagePause covered it: the pause gate did not stop it.
-const ReasonGateBypassed = "GateBypassed"
 
 // The pause gate (manifests/components/pause-gate) refuses the
 // auto-promotions of the identities its setting names as Kargo's
@@ -63,16 +60,6 @@ const ReasonGateBypassed = "GateBypassed"
 // made while no replica led is not missed; the Event's name keeps it one.
 // The counter counts on the replica whose Create made the Event, so a sum
 // over replicas counts each bypass once.
-
-// RequestedByAnnotation is on every Promotion (and PromotionRequest)
-// created while a pause covered its Stage, with the username that created
-// it, where the opt-in requested-by component is installed: the API server
-// stamps it (the MutatingAdmissionPolicy kargo-latch-requested-by),
-// overwriting any value the creator gave, and refuses any later change.
-// The operator trusts it only on a Promotion it judges created under a
-// pause, the only ones the policy covers; on one made where the component
-// is not installed, a value could be anyone's.
-const RequestedByAnnotation = "kargo-latch.io/requested-by"
 
 // bypassHorizon bounds the age of the Promotions judged: below the default
 // Event TTL of kube-apiserver (1h), with room for clock skew between the
@@ -277,7 +264,7 @@ func (c *Controller) judgeGateBypass(logger klog.Logger, p *kargo.Promotion) err
 	if created {
 		c.cfg.Metrics.GateBypassed.WithLabelValues(p.Namespace, p.Stage).Inc()
 		logger.Info("An auto-promotion passed the pause gate", "promotion", klog.KObj(p), "stage", p.Stage, "pause", pauses[0].Name,
-			"requestedBy", p.Annotations[RequestedByAnnotation])
+			"requestedBy", p.Annotations[api.RequestedByAnnotation])
 	}
 	return nil
 }
@@ -301,8 +288,8 @@ func (c *Controller) reportGateBypass(ctx context.Context, p *kargo.Promotion, p
 			APIVersion: kargo.GroupVersion.String(), Kind: "Promotion",
 			Namespace: p.Namespace, Name: p.Name, UID: p.UID,
 		},
-		Reason: ReasonGateBypassed, Message: truncate(msg, 1024), Type: corev1.EventTypeWarning,
-		Source:         corev1.EventSource{Component: FieldManager},
+		Reason: api.ReasonGateBypassed, Message: truncate(msg, 1024), Type: corev1.EventTypeWarning,
+		Source:         corev1.EventSource{Component: api.FieldManager},
 		FirstTimestamp: now, LastTimestamp: now, Count: 1,
 	}
 	_, err := c.cfg.Kube.CoreV1().Events(p.Namespace).Create(ctx, ev, metav1.CreateOptions{})
@@ -310,7 +297,7 @@ func (c *Controller) reportGateBypass(ctx context.Context, p *kargo.Promotion, p
 	case apierrors.IsAlreadyExists(err):
 		return false, nil
 	case err != nil:
-		return false, fmt.Errorf("recording %s for Promotion %s: %w", ReasonGateBypassed, p.Name, err)
+		return false, fmt.Errorf("recording %s for Promotion %s: %w", api.ReasonGateBypassed, p.Name, err)
 	}
 	return true, nil
 }
@@ -332,10 +319,10 @@ func gateBypassMessage(p *kargo.Promotion, pauses []*v1alpha1.StagePause) string
 	if len(pauses) > shown {
 		names = append(names, fmt.Sprintf("and %d more", len(pauses)-shown))
 	}
-	who, advice := "an unknown user (no "+RequestedByAnnotation+": turn on the requester mark, "+
+	who, advice := "an unknown user (no "+api.RequestedByAnnotation+": turn on the requester mark, "+
 		"Helm pauseGate.requestedBy.enabled or kustomize components/requested-by, Kubernetes 1.36+)",
 		"if one of Kargo's controllers (a shard?) runs as an identity it does not name, add that username"
-	if user := p.Annotations[RequestedByAnnotation]; user != "" {
+	if user := p.Annotations[api.RequestedByAnnotation]; user != "" {
 		who, advice = truncate(user, maxRequesterShown), "if that user is one of Kargo's (a shard?), add it"
 	}
 	return fmt.Sprintf("Auto-promotion %s, created at %s by %s, passed the pause gate although StagePause %s covered the Stage. "+

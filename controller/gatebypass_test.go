@@ -19,6 +19,7 @@ import (
 	"k8s.io/client-go/tools/record"
 	"k8s.io/klog/v2/ktesting"
 
+	"github.com/kargo-latch/kargo-latch/api"
 	"github.com/kargo-latch/kargo-latch/api/v1alpha1"
 	"github.com/kargo-latch/kargo-latch/kargo"
 	"github.com/kargo-latch/kargo-latch/metrics"
@@ -107,7 +108,7 @@ func bypassObjects(now time.Time) []*unstructured.Unstructured {
 			md["annotations"] = map[string]any{kargo.CreateActorAnnotation: actor}
 		case name == "bypass":
 			// Stamped by the API server (kargo-latch-requested-by).
-			md["annotations"] = map[string]any{RequestedByAnnotation: "kargo-shard-eu"}
+			md["annotations"] = map[string]any{api.RequestedByAnnotation: "kargo-shard-eu"}
 		}
 		return &unstructured.Unstructured{Object: map[string]any{
 			"apiVersion": kargo.GroupVersion.String(), "kind": "Promotion", "metadata": md,
@@ -132,7 +133,7 @@ func gateBypassEvents(t *testing.T, f *fixture) []corev1.Event {
 	}
 	var out []corev1.Event
 	for _, e := range list.Items {
-		if e.Reason == ReasonGateBypassed {
+		if e.Reason == api.ReasonGateBypassed {
 			out = append(out, e)
 		}
 	}
@@ -180,7 +181,7 @@ func TestGateBypassWarnsOncePerPromotion(t *testing.T) {
 	var creates atomic.Int64
 	f := newFixtureWith(t, false, func(f *fixture) {
 		f.kube.PrependReactor("create", "events", func(a k8stesting.Action) (bool, runtime.Object, error) {
-			if e, ok := a.(k8stesting.CreateAction).GetObject().(*corev1.Event); ok && e.Reason == ReasonGateBypassed {
+			if e, ok := a.(k8stesting.CreateAction).GetObject().(*corev1.Event); ok && e.Reason == api.ReasonGateBypassed {
 				creates.Add(1)
 			}
 			return false, nil, nil
@@ -272,7 +273,7 @@ func TestGateBypassMessage(t *testing.T) {
 		p := &kargo.Promotion{Stage: "prod"}
 		p.Name, p.CreationTimestamp = name, metav1.NewTime(at)
 		if requester != "" {
-			p.Annotations = map[string]string{RequestedByAnnotation: requester}
+			p.Annotations = map[string]string{api.RequestedByAnnotation: requester}
 		}
 		return p
 	}
@@ -290,7 +291,7 @@ func TestGateBypassMessage(t *testing.T) {
 		{"stamped", promo("prod.01j.abc", "kargo-shard-eu"), []*v1alpha1.StagePause{pause("hold")},
 			[]string{"Auto-promotion prod.01j.abc, created at 2026-12-01T10:00:00Z by kargo-shard-eu,", "StagePause hold (reason Manual)", "if that user is one of Kargo's (a shard?), add it to"}},
 		{"not stamped", promo("prod.01j.abc", ""), []*v1alpha1.StagePause{pause("hold")},
-			[]string{"by an unknown user", "no " + RequestedByAnnotation, "turn on the requester mark", "pauseGate.requestedBy.enabled", "components/requested-by", "1.36", "add that username to"}},
+			[]string{"by an unknown user", "no " + api.RequestedByAnnotation, "turn on the requester mark", "pauseGate.requestedBy.enabled", "components/requested-by", "1.36", "add that username to"}},
 		{"many pauses", promo("prod.01j.abc", "kargo-shard-eu"), []*v1alpha1.StagePause{pause("a"), pause("b"), pause("c"), pause("d"), pause("e")},
 			[]string{"StagePause a (reason Manual), b (reason Manual), c (reason Manual), and 2 more covered"}},
 		{"many pauses, long names", promo("prod."+long, "system:serviceaccount:"+long[:100]), many,
@@ -330,7 +331,7 @@ func TestRefusedGateBypassReportIsRetried(t *testing.T) {
 	kube := kubefake.NewClientset()
 	var refused atomic.Int64
 	kube.PrependReactor("create", "events", func(a k8stesting.Action) (bool, runtime.Object, error) {
-		if e, ok := a.(k8stesting.CreateAction).GetObject().(*corev1.Event); ok && e.Reason == ReasonGateBypassed && refused.Load() < 2 {
+		if e, ok := a.(k8stesting.CreateAction).GetObject().(*corev1.Event); ok && e.Reason == api.ReasonGateBypassed && refused.Load() < 2 {
 			refused.Add(1)
 			return true, nil, apierrors.NewInternalError(errors.New("etcd is unwell"))
 		}
@@ -359,7 +360,7 @@ func TestRefusedGateBypassReportIsRetried(t *testing.T) {
 	}
 	related := map[string]int{}
 	for _, e := range list.Items {
-		if e.Reason == ReasonGateBypassed {
+		if e.Reason == api.ReasonGateBypassed {
 			related[e.Related.Name]++
 		}
 	}

@@ -6,6 +6,7 @@ import (
 
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 
+	"github.com/kargo-latch/kargo-latch/api"
 	"github.com/kargo-latch/kargo-latch/kargo"
 )
 
@@ -22,7 +23,7 @@ func TestSameViewTellsWhatTheLatchReads(t *testing.T) {
 			},
 		}}
 		if state != "" {
-			u.SetAnnotations(map[string]string{StateAnnotation: state})
+			u.SetAnnotations(map[string]string{api.StateAnnotation: state})
 		}
 		return kargo.StageFromUnstructured(u)
 	}

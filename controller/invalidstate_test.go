@@ -23,6 +23,7 @@ import (
 	k8stesting "k8s.io/client-go/testing"
 	"k8s.io/client-go/tools/cache"
 
+	"github.com/kargo-latch/kargo-latch/api"
 	"github.com/kargo-latch/kargo-latch/kargo"
 	"github.com/kargo-latch/kargo-latch/latch"
 )
@@ -111,11 +112,11 @@ func (f *fixture) storedAnnotations() map[string]string {
 // store refused, and the Stage never latched.
 func TestLargeGarbageRecordIsKeptInPart(t *testing.T) {
 	garbage := `{"version":1,"phase":"Failed","note":"` + strings.Repeat("é", 130_950)
-	if n := len(StateAnnotation) + len(garbage); n > annotationLimit || n < annotationLimit-512 {
+	if n := len(api.StateAnnotation) + len(garbage); n > annotationLimit || n < annotationLimit-512 {
 		t.Fatalf("the Stage's annotations total %d bytes, want just under %d", n, annotationLimit)
 	}
 	var refused, stored atomic.Int64
-	f := newFixtureWith(t, false, limitAnnotations(&refused, &stored), healthyStage("prod", map[string]any{StateAnnotation: garbage}))
+	f := newFixtureWith(t, false, limitAnnotations(&refused, &stored), healthyStage("prod", map[string]any{api.StateAnnotation: garbage}))
 	msg := f.waitEvent("Warning InvalidState")
 	f.waitEvent("Normal HealthLatched")
 	annotations := f.storedAnnotations()
@@ -152,10 +153,10 @@ func TestLargeGarbageRecordIsKeptInPart(t *testing.T) {
 func TestGarbageRecordWithoutRoomIsDroppedWithAWarning(t *testing.T) {
 	garbage := `{"version":1,"phase":"Failed","note":"` + strings.Repeat("x", 4000) // a hand edit gone wrong
 	const blobKey = "example.com/blob"
-	blob := strings.Repeat("x", annotationLimit-len(StateAnnotation)-len(garbage)-len(blobKey))
+	blob := strings.Repeat("x", annotationLimit-len(api.StateAnnotation)-len(garbage)-len(blobKey))
 	var refused, stored atomic.Int64
 	f := newFixtureWith(t, false, limitAnnotations(&refused, &stored),
-		healthyStage("prod", map[string]any{StateAnnotation: garbage, blobKey: blob}))
+		healthyStage("prod", map[string]any{api.StateAnnotation: garbage, blobKey: blob}))
 	f.waitEvent("Warning InvalidState")
 	msg := f.waitEvent("Warning InvalidState")
 	sum := sha256.Sum256([]byte(garbage))
@@ -218,7 +219,7 @@ func (f *fixture) countEvents(prefix, text string) int {
 // Stage's status meanwhile (each write a new resourceVersion): one Warning,
 // one count.
 func TestUnreadableCopyIsReportedOnce(t *testing.T) {
-	f := newFixture(t, false, healthyStage("prod", map[string]any{StateAnnotation: failedRecord().Encode()}))
+	f := newFixture(t, false, healthyStage("prod", map[string]any{api.StateAnnotation: failedRecord().Encode()}))
 	waitUntil(t, func() bool { return f.syncs() >= 1 })
 	f.idle()
 	for _, rv := range []string{"41", "42", "43"} {
@@ -250,17 +251,17 @@ func TestUnreadableCopyOfGarbageCountsOnce(t *testing.T) {
 				return true, nil, err
 			}
 			u := obj.(*unstructured.Unstructured).DeepCopy()
-			u.SetAnnotations(map[string]string{StateAnnotation: garbage})
+			u.SetAnnotations(map[string]string{api.StateAnnotation: garbage})
 			return true, u, nil
 		})
-	}, healthyStage("prod", map[string]any{StateAnnotation: failedRecord().Encode()}))
+	}, healthyStage("prod", map[string]any{api.StateAnnotation: failedRecord().Encode()}))
 	waitUntil(t, func() bool { return f.syncs() >= 1 })
 	f.idle()
 	liveGarbage.Store(true)
 	f.syncUnreadableCopy("")
 	f.idle()
 	events := f.drainEvents()
-	for _, text := range []string{"cannot read its cached copy", "Ignoring the " + StateAnnotation} {
+	for _, text := range []string{"cannot read its cached copy", "Ignoring the " + api.StateAnnotation} {
 		if n := len(slices.DeleteFunc(slices.Clone(events), func(e string) bool { return !strings.Contains(e, text) })); n != 1 {
 			t.Errorf("%d InvalidState Warnings saying %q, want 1: %q", n, text, events)
 		}

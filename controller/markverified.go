@@ -15,6 +15,7 @@ import (
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/klog/v2"
 
+	"github.com/kargo-latch/kargo-latch/api"
 	"github.com/kargo-latch/kargo-latch/kargo"
 	"github.com/kargo-latch/kargo-latch/latch"
 )
@@ -125,7 +126,7 @@ func (c *Controller) markVerified(ctx context.Context, stage *kargo.Stage, rec l
 				"metadata": map[string]any{"resourceVersion": f.GetResourceVersion()},
 				"status":   map[string]any{"verifiedIn": map[string]any{stage.Name: map[string]any{"verifiedAt": verifiedAt}}},
 			})
-			_, err = freights.Patch(ctx, name, types.MergePatchType, patch, metav1.PatchOptions{FieldManager: FieldManager}, "status")
+			_, err = freights.Patch(ctx, name, types.MergePatchType, patch, metav1.PatchOptions{FieldManager: api.FieldManager}, "status")
 			if err != nil {
 				return fmt.Errorf("marking Freight %s verified: %w", name, err)
 			}
@@ -133,7 +134,7 @@ func (c *Controller) markVerified(ctx context.Context, stage *kargo.Stage, rec l
 			c.cfg.Metrics.FreightVerified.WithLabelValues(stage.Namespace, stage.Name).Inc()
 		}
 		msg := fmt.Sprintf("Marked Freight %s verified in Stage %s at %s: %s", name, stage.Name, verifiedAt, a.Message)
-		if err := c.eventOnce(ctx, stage, eventName(stage, "verified", rec.Cycle()+"\x00"+name), corev1.EventTypeNormal, ReasonFreightVerified, msg); err != nil {
+		if err := c.eventOnce(ctx, stage, eventName(stage, "verified", rec.Cycle()+"\x00"+name), corev1.EventTypeNormal, api.ReasonFreightVerified, msg); err != nil {
 			return err
 		}
 	}
@@ -157,7 +158,7 @@ func verifiedInAt(f *unstructured.Unstructured, stage string) (at string, verifi
 // the very same time.
 func markedByUs(f *unstructured.Unstructured, stage string) bool {
 	for _, mf := range f.GetManagedFields() {
-		if mf.Manager != FieldManager || mf.Subresource != "status" || mf.FieldsV1 == nil {
+		if mf.Manager != api.FieldManager || mf.Subresource != "status" || mf.FieldsV1 == nil {
 			continue
 		}
 		var fields map[string]any
@@ -188,9 +189,9 @@ func (c *Controller) markFailed(ctx context.Context, stage *kargo.Stage, m *memo
 	c.cfg.Metrics.MarkVerifiedErrors.WithLabelValues(stage.Namespace, stage.Name).Inc()
 	m.markRetryAt = now.Add(markRetryAfter)
 	if warnOnce(&m.markForbiddenCycle, rec.Cycle()) {
-		c.warn(stage, ReasonMarkVerifiedForbidden,
+		c.warn(stage, api.ReasonMarkVerifiedForbidden,
 			"mark-verified is on, but kargo-latch may not mark Freight verified (%v); install the mark-verified component (manifests/components/mark-verified) or turn %s off. The latch and pauses are not affected; kargo-latch tries again every %s",
-			err, MarkVerifiedAnnotation, markRetryAfter)
+			err, api.MarkVerifiedAnnotation, markRetryAfter)
 	}
 }
 
@@ -212,7 +213,7 @@ func (c *Controller) reportDryRunMark(ctx context.Context, stage *kargo.Stage, a
 		return
 	}
 	klog.FromContext(ctx).Info("Dry run: would mark Freight verified in the Stage", "freight", would, "verifiedAt", a.VerifiedAt)
-	c.event(stage, corev1.EventTypeNormal, ReasonFreightVerified,
+	c.event(stage, corev1.EventTypeNormal, api.ReasonFreightVerified,
 		fmt.Sprintf("Dry run: would mark Freight %s verified in Stage %s: %s", strings.Join(would, ", "), stage.Name, a.Message))
 }
 

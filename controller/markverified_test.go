@@ -15,6 +15,7 @@ import (
 	k8stesting "k8s.io/client-go/testing"
 	"k8s.io/klog/v2/ktesting"
 
+	"github.com/kargo-latch/kargo-latch/api"
 	"github.com/kargo-latch/kargo-latch/kargo"
 	"github.com/kargo-latch/kargo-latch/latch"
 )
@@ -22,7 +23,7 @@ import (
 // markableStage is a healthy Stage with mark-verified on, whose current
 // Freight collection holds the Freight f1.
 func markableStage(name string) *unstructured.Unstructured {
-	s := healthyStage(name, map[string]any{MarkVerifiedAnnotation: "true"})
+	s := healthyStage(name, map[string]any{api.MarkVerifiedAnnotation: "true"})
 	_ = unstructured.SetNestedSlice(s.Object, []any{map[string]any{
 		"id":    "F1",
 		"items": map[string]any{"Warehouse/w": map[string]any{"name": "f1", "origin": map[string]any{"kind": "Warehouse", "name": "w"}}},
@@ -90,7 +91,7 @@ func (f *fixture) freightVerifiedEvents() int {
 	}
 	n := 0
 	for _, e := range evs.Items {
-		if e.Reason == ReasonFreightVerified {
+		if e.Reason == api.ReasonFreightVerified {
 			n++
 		}
 	}
@@ -211,7 +212,7 @@ func latchedProd() *unstructured.Unstructured {
 		PromotedAt: ptrTime(latchedAt.Add(-time.Minute)), LatchedAt: &latchedAt}
 	s := markableStage("prod")
 	annotations := s.GetAnnotations()
-	annotations[StateAnnotation] = rec.Encode()
+	annotations[api.StateAnnotation] = rec.Encode()
 	s.SetAnnotations(annotations)
 	return s
 }
@@ -257,7 +258,7 @@ func TestMarkLeavesKargosMarkOfTheSameSecond(t *testing.T) {
 // A try cut short after its patch (a crash before the Event) finds the
 // Freight verified at latchedAt by kargo-latch itself, and makes the Event.
 func TestMarkFoundAfterACrashGetsItsEvent(t *testing.T) {
-	f := newFixture(t, false, latchedProd(), freightVerifiedBy(FieldManager))
+	f := newFixture(t, false, latchedProd(), freightVerifiedBy(api.FieldManager))
 	waitUntil(t, func() bool { return len(f.record("prod").Marked) == 1 })
 	f.idle()
 	if n := f.freightVerifiedEvents(); n != 1 {

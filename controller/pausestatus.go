@@ -15,6 +15,7 @@ import (
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/klog/v2"
 
+	"github.com/kargo-latch/kargo-latch/api"
 	"github.com/kargo-latch/kargo-latch/api/v1alpha1"
 )
 
@@ -32,10 +33,6 @@ import (
 // the retry computes again from the cache once it shows that write. A
 // writer that keeps undoing this operator's key (an operator built before
 // status.shards) is met with writes held back, not rewritten at once.
-
-// ReasonPauseStatusContested is the Warning on a StagePause whose status
-// another writer keeps undoing this operator's count in.
-const ReasonPauseStatusContested = "PauseStatusContested"
 
 // syncPauseStatus keeps a StagePause's status (since, stages, shards, the
 // Active condition) true to the Stages that exist now. status.drained is
@@ -85,7 +82,7 @@ func (c *Controller) syncPauseStatus(ctx context.Context, key cache.ObjectName) 
 		return 0, err
 	}
 	_, err = c.cfg.Dynamic.Resource(v1alpha1.StagePausesResource).Namespace(p.Namespace).
-		Patch(ctx, p.Name, types.MergePatchType, body, metav1.PatchOptions{FieldManager: FieldManager}, "status")
+		Patch(ctx, p.Name, types.MergePatchType, body, metav1.PatchOptions{FieldManager: api.FieldManager}, "status")
 	if apierrors.IsNotFound(err) {
 		return 0, nil
 	}
@@ -106,7 +103,7 @@ func (c *Controller) reportContested(ctx context.Context, p *v1alpha1.StagePause
 		"pause", klog.KRef(p.Namespace, p.Name), "key", key, "undos", undos, "heldFor", held)
 	// One message per key, so that the Events aggregate into one.
 	ref := &corev1.ObjectReference{APIVersion: v1alpha1.GroupVersion.String(), Kind: "StagePause", Namespace: p.Namespace, Name: p.Name, UID: p.UID}
-	c.recorder.Eventf(ref, corev1.EventTypeWarning, ReasonPauseStatusContested,
+	c.recorder.Eventf(ref, corev1.EventTypeWarning, api.ReasonPauseStatusContested,
 		"Another writer keeps removing or changing this operator's count %q in status.shards, each time within %v of its write: "+
 			"most likely a kargo-latch built before shards, which removes status.shards whenever it writes. "+
 			"Run this version unsharded first (README, Moving to shards, step 1). Until then this operator writes this status at most every %v.",

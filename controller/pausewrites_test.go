@@ -17,6 +17,7 @@ import (
 	"k8s.io/apimachinery/pkg/watch"
 	clocktesting "k8s.io/utils/clock/testing"
 
+	"github.com/kargo-latch/kargo-latch/api"
 	"github.com/kargo-latch/kargo-latch/api/v1alpha1"
 	"github.com/kargo-latch/kargo-latch/kargo"
 )
@@ -271,7 +272,7 @@ func TestOldOperatorUndoingTheCountIsMetWithHeldWrites(t *testing.T) {
 		t.Errorf("shard eu's operator wrote %d times in 30 minutes, %d in the last 10; want about a dozen, and one every 5 minutes at the end: %v", len(got), lastTen, got)
 	}
 	t.Logf("shard eu's operator wrote at %v", got)
-	warning := eu.event(t, ReasonPauseStatusContested)
+	warning := eu.event(t, api.ReasonPauseStatusContested)
 	for _, says := range []string{`"eu"`, "Run this version unsharded first", "step 1"} {
 		if !strings.Contains(warning, says) {
 			t.Errorf("the Warning does not say %s: %s", says, warning)

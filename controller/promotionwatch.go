@@ -15,6 +15,7 @@ import (
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/klog/v2"
 
+	"github.com/kargo-latch/kargo-latch/api"
 	"github.com/kargo-latch/kargo-latch/kargo"
 )
 
@@ -277,7 +278,7 @@ func bookmarkAt(rv string) *kargo.Promotion {
 // still owe it its line in status.drained. Those stay until Kargo's garbage
 // collector deletes them: a few per drained Stage.
 func ended(p *kargo.Promotion) bool {
-	_, drained := p.Annotations[DrainedByAnnotation]
+	_, drained := p.Annotations[api.DrainedByAnnotation]
 	return p.Terminal() && !drained
 }
 

@@ -26,6 +26,7 @@ import (
 	"k8s.io/klog/v2"
 	"k8s.io/klog/v2/ktesting"
 
+	"github.com/kargo-latch/kargo-latch/api"
 	"github.com/kargo-latch/kargo-latch/api/v1alpha1"
 	"github.com/kargo-latch/kargo-latch/kargo"
 	"github.com/kargo-latch/kargo-latch/latch"
@@ -363,7 +364,7 @@ func TestPromotionCacheReadiness(t *testing.T) {
 // line in status.drained, and a restart must find it (drainFor).
 func TestPromotionAbortedByADrainStaysCached(t *testing.T) {
 	aborted := promotionObject("prod.90005.drained", "prod", "Aborted", time.Now())
-	aborted.SetAnnotations(map[string]string{kargo.AbortAnnotation: "terminate", DrainedByAnnotation: "hold-uid"})
+	aborted.SetAnnotations(map[string]string{kargo.AbortAnnotation: "terminate", api.DrainedByAnnotation: "hold-uid"})
 	f := newFixtureWith(t, false, nil, append(projectHistory(10), aborted)...)
 	waitUntil(t, f.c.HasSynced)
 	if got := cachedNames(f.c, "prod"); !slices.Contains(got, "prod.90005.drained") {

@@ -12,6 +12,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/klog/v2"
 
+	"github.com/kargo-latch/kargo-latch/api"
 	"github.com/kargo-latch/kargo-latch/api/v1alpha1"
 	"github.com/kargo-latch/kargo-latch/kargo"
 )
@@ -70,7 +71,7 @@ func (c *Controller) release(ctx context.Context, p *v1alpha1.StagePause) error 
 		return err
 	}
 	_, err = c.cfg.Dynamic.Resource(v1alpha1.StagePausesResource).Namespace(p.Namespace).
-		Patch(ctx, p.Name, types.MergePatchType, patch, metav1.PatchOptions{FieldManager: FieldManager})
+		Patch(ctx, p.Name, types.MergePatchType, patch, metav1.PatchOptions{FieldManager: api.FieldManager})
 	if apierrors.IsNotFound(err) {
 		return nil
 	}

@@ -6,6 +6,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/kargo-latch/kargo-latch/api"
 	"github.com/kargo-latch/kargo-latch/latch"
 )
 
@@ -39,10 +40,10 @@ func settingsFor(annotations map[string]string, defaults latch.Settings) (s latc
 		}
 		*into = b
 	}
-	duration(LatchDeadlineAnnotation, &s.LatchDeadline)
-	duration(DegradedGraceAnnotation, &s.DegradedGrace)
-	boolean(PauseOnFailureAnnotation, &s.PauseOnFailure)
-	boolean(DrainOnPauseAnnotation, &s.DrainOnPause)
-	boolean(MarkVerifiedAnnotation, &s.MarkVerified)
+	duration(api.LatchDeadlineAnnotation, &s.LatchDeadline)
+	duration(api.DegradedGraceAnnotation, &s.DegradedGrace)
+	boolean(api.PauseOnFailureAnnotation, &s.PauseOnFailure)
+	boolean(api.DrainOnPauseAnnotation, &s.DrainOnPause)
+	boolean(api.MarkVerifiedAnnotation, &s.MarkVerified)
 	return s, strings.Join(bad, "; ")
 }

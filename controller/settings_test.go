@@ -7,6 +7,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
+	"github.com/kargo-latch/kargo-latch/api"
 	"github.com/kargo-latch/kargo-latch/latch"
 )
 
@@ -20,19 +21,19 @@ func TestSettingsFor(t *testing.T) {
 		"none": {want: defaults},
 		"all valid": {
 			annotations: map[string]string{
-				LatchDeadlineAnnotation: "10m", DegradedGraceAnnotation: " 0s ",
-				PauseOnFailureAnnotation: "true", DrainOnPauseAnnotation: "false",
+				api.LatchDeadlineAnnotation: "10m", api.DegradedGraceAnnotation: " 0s ",
+				api.PauseOnFailureAnnotation: "true", api.DrainOnPauseAnnotation: "false",
 			},
 			want: latch.Settings{LatchDeadline: 10 * time.Minute, PauseOnFailure: true},
 		},
 		"zero deadline disables": {
-			annotations: map[string]string{LatchDeadlineAnnotation: "0"},
+			annotations: map[string]string{api.LatchDeadlineAnnotation: "0"},
 			want:        latch.Settings{DegradedGrace: 5 * time.Minute, DrainOnPause: true},
 		},
 		"invalid values keep defaults": {
 			annotations: map[string]string{
-				LatchDeadlineAnnotation: "soon", DegradedGraceAnnotation: "-1m",
-				PauseOnFailureAnnotation: "yes", DrainOnPauseAnnotation: "",
+				api.LatchDeadlineAnnotation: "soon", api.DegradedGraceAnnotation: "-1m",
+				api.PauseOnFailureAnnotation: "yes", api.DrainOnPauseAnnotation: "",
 			},
 			want:     defaults,
 			problems: []string{`latch-deadline="soon"`, `degraded-grace="-1m"`, `pause-on-failure="yes"`, `drain-on-pause=""`},

@@ -12,6 +12,7 @@ import (
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/klog/v2"
 
+	"github.com/kargo-latch/kargo-latch/api"
 	"github.com/kargo-latch/kargo-latch/api/v1alpha1"
 	"github.com/kargo-latch/kargo-latch/kargo"
 	"github.com/kargo-latch/kargo-latch/latch"
@@ -214,7 +215,7 @@ func (c *Controller) leftAlone(stage *kargo.Stage, value string, m *memo) bool {
 		return false
 	}
 	if warnOnce(&m.badState, value) {
-		c.warn(stage, ReasonNewerState, "Leaving the Stage alone: its %s annotation was written by a newer kargo-latch (%v); run that version, or delete the annotation to start over", StateAnnotation, newer)
+		c.warn(stage, api.ReasonNewerState, "Leaving the Stage alone: its %s annotation was written by a newer kargo-latch (%v); run that version, or delete the annotation to start over", api.StateAnnotation, newer)
 		c.cfg.Metrics.InvalidInput.WithLabelValues(stage.Namespace, stage.Name, "state_version").Inc()
 	}
 	return true
@@ -231,8 +232,8 @@ func (c *Controller) priorRecord(stage *kargo.Stage, value string, m *memo) latc
 	r, err := latch.Decode(value)
 	if err != nil {
 		if warnOnce(&m.badState, value) {
-			c.warn(stage, ReasonInvalidState, "Ignoring the %s annotation and starting over from the Stage's status (%v); %s",
-				StateAnnotation, err, c.garbageReport(value))
+			c.warn(stage, api.ReasonInvalidState, "Ignoring the %s annotation and starting over from the Stage's status (%v); %s",
+				api.StateAnnotation, err, c.garbageReport(value))
 			c.cfg.Metrics.InvalidInput.WithLabelValues(stage.Namespace, stage.Name, "state").Inc()
 		}
 		return latch.Record{}
@@ -257,7 +258,7 @@ func (c *Controller) store(ctx context.Context, stage *kargo.Stage, value string
 	encoded := res.Record.Encode()
 	garbage := false
 	if encoded != value {
-		annotations[StateAnnotation] = encoded
+		annotations[api.StateAnnotation] = encoded
 		if _, err := latch.Decode(value); err != nil {
 			// A garbage record (priorRecord) is not simply overwritten: a
 			// person may mend it from there. A newer version's record is
@@ -267,12 +268,12 @@ func (c *Controller) store(ctx context.Context, stage *kargo.Stage, value string
 		}
 	}
 	wantPaused := len(res.Record.Pauses) > 0
-	if hasPaused := stage.Labels[PausedLabel] == "true"; hasPaused != wantPaused {
+	if hasPaused := stage.Labels[api.PausedLabel] == "true"; hasPaused != wantPaused {
 		if wantPaused {
-			labels[PausedLabel] = "true"
+			labels[api.PausedLabel] = "true"
 			restored = !hasAction(res, latch.ActionPaused)
 		} else {
-			labels[PausedLabel] = nil
+			labels[api.PausedLabel] = nil
 		}
 	}
 	if hasAction(res, latch.ActionResumed) {
@@ -318,7 +319,7 @@ func (c *Controller) patchMetadata(ctx context.Context, stage *kargo.Stage, anno
 		return nil, err
 	}
 	u, err := c.cfg.Dynamic.Resource(kargo.StagesResource).Namespace(stage.Namespace).
-		Patch(ctx, stage.Name, types.MergePatchType, patch, metav1.PatchOptions{FieldManager: FieldManager})
+		Patch(ctx, stage.Name, types.MergePatchType, patch, metav1.PatchOptions{FieldManager: api.FieldManager})
 	if err != nil {
 		return nil, err
 	}
@@ -337,7 +338,7 @@ func (c *Controller) checkStatus(stage *kargo.Stage, m *memo, now time.Time) tim
 	}
 	if !m.statusMissing {
 		m.statusMissing = true
-		c.warn(stage, ReasonStatusMissing, "Stage has no status %s after its creation: Kargo has not reconciled it; kargo-latch keeps it Idle", c.cfg.StatusMissingAfter)
+		c.warn(stage, api.ReasonStatusMissing, "Stage has no status %s after its creation: Kargo has not reconciled it; kargo-latch keeps it Idle", c.cfg.StatusMissingAfter)
 		c.cfg.Metrics.InvalidInput.WithLabelValues(stage.Namespace, stage.Name, "status").Inc()
 	}
 	return 0

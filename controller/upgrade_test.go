@@ -10,6 +10,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/kargo-latch/kargo-latch/api"
 	"github.com/kargo-latch/kargo-latch/kargo"
 	"github.com/kargo-latch/kargo-latch/latch"
 )
@@ -20,7 +21,7 @@ import (
 func TestNewerRecordIsLeftAlone(t *testing.T) {
 	newer := `{"version":2,"phase":"Hyperlatched","promotedAt":"2026-11-29T10:00:00Z","future":{"x":1}}`
 	stage := failedStage()
-	stage.SetAnnotations(map[string]string{PauseOnFailureAnnotation: "true", StateAnnotation: newer})
+	stage.SetAnnotations(map[string]string{api.PauseOnFailureAnnotation: "true", api.StateAnnotation: newer})
 	f := newFixture(t, false, stage)
 	msg := f.waitEvent("Warning NewerState")
 	if !strings.Contains(msg, "newer kargo-latch") {
@@ -37,7 +38,7 @@ func TestNewerRecordIsLeftAlone(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got := u.GetAnnotations()[StateAnnotation]; got != newer {
+	if got := u.GetAnnotations()[api.StateAnnotation]; got != newer {
 		t.Errorf("record changed to %s", got)
 	}
 }
@@ -91,7 +92,7 @@ var invalidState = map[string]string{"project": "shop", "stage": "prod", "input"
 // no record, it would be written over by a fresh start.
 func TestUnreadableCachedRecordIsNeverWrittenOver(t *testing.T) {
 	prior := failedRecord()
-	f := newFixture(t, false, healthyStage("prod", map[string]any{StateAnnotation: prior.Encode()}))
+	f := newFixture(t, false, healthyStage("prod", map[string]any{api.StateAnnotation: prior.Encode()}))
 	waitUntil(t, func() bool { return f.syncs() >= 1 })
 	f.idle()
 	if n := f.patches.Load(); n != 0 {
@@ -135,7 +136,7 @@ func (f *fixture) drainEvents() []string {
 // kargo-latch.io/invalid-state, and the Warning says where.
 func TestGarbageRecordIsKeptBesideTheFreshOne(t *testing.T) {
 	garbage := strings.TrimSuffix(failedRecord().Encode(), "}") + `,"pauses":["hold"` // a hand edit gone wrong
-	f := newFixture(t, false, healthyStage("prod", map[string]any{StateAnnotation: garbage}))
+	f := newFixture(t, false, healthyStage("prod", map[string]any{api.StateAnnotation: garbage}))
 	msg := f.waitEvent("Warning InvalidState")
 	if !strings.Contains(msg, kargo.InvalidStateAnnotation) {
 		t.Errorf("the Warning does not say where the garbage is kept: %s", msg)

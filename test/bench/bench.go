@@ -18,7 +18,7 @@ import (
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 
-	"github.com/kargo-latch/kargo-latch/controller"
+	"github.com/kargo-latch/kargo-latch/api"
 	"github.com/kargo-latch/kargo-latch/kargo"
 	"github.com/kargo-latch/kargo-latch/test/cluster"
 	"github.com/kargo-latch/kargo-latch/test/driver"
@@ -149,7 +149,7 @@ func (b *bench) setUp(ctx context.Context) ([]row, error) {
 	b.watcher.mu.Lock()
 	record := b.watcher.state[busyNS+"/"+b.busy[0].Name]
 	b.watcher.mu.Unlock()
-	say("one busy Stage's record (%s) is %d bytes", controller.StateAnnotation, len(record))
+	say("one busy Stage's record (%s) is %d bytes", api.StateAnnotation, len(record))
 	return nil, nil
 }
 
@@ -169,7 +169,7 @@ func (b *bench) createStages(ctx context.Context, ns string, n int, busy bool) (
 		wg.Go(func() {
 			sem <- struct{}{}
 			defer func() { <-sem }()
-			s, err := b.kargo.CreateStage(ctx, ns, fmt.Sprintf("stage-%05d", i), map[string]string{controller.PauseOnFailureAnnotation: "true"}, opts...)
+			s, err := b.kargo.CreateStage(ctx, ns, fmt.Sprintf("stage-%05d", i), map[string]string{api.PauseOnFailureAnnotation: "true"}, opts...)
 			if err == nil {
 				if busy {
 					err = s.WriteBusyStatus(ctx, kargo.HealthHealthy)

@@ -14,7 +14,7 @@ import (
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/dynamic"
 
-	"github.com/kargo-latch/kargo-latch/controller"
+	"github.com/kargo-latch/kargo-latch/api"
 	"github.com/kargo-latch/kargo-latch/kargo"
 	"github.com/kargo-latch/kargo-latch/latch"
 )
@@ -119,8 +119,8 @@ func expired(err error) bool { return apierrors.IsResourceExpired(err) || apierr
 
 func (w *watcher) observeStage(ns string, u *unstructured.Unstructured, at time.Time) {
 	key := ns + "/" + u.GetName()
-	st := u.GetAnnotations()[controller.StateAnnotation]
-	lbl := u.GetLabels()[controller.PausedLabel] == "true"
+	st := u.GetAnnotations()[api.StateAnnotation]
+	lbl := u.GetLabels()[api.PausedLabel] == "true"
 	ping := u.GetAnnotations()["bench/ping"]
 	w.mu.Lock()
 	defer w.mu.Unlock()

@@ -7,8 +7,8 @@ import (
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/kargo-latch/kargo-latch/api"
 	"github.com/kargo-latch/kargo-latch/api/v1alpha1"
-	"github.com/kargo-latch/kargo-latch/controller"
 	"github.com/kargo-latch/kargo-latch/kargo"
 	"github.com/kargo-latch/kargo-latch/latch"
 	"github.com/kargo-latch/kargo-latch/test/driver"
@@ -28,8 +28,8 @@ func (d *demo) play(ctx context.Context) error {
 func (d *demo) playFailureAndPause(ctx context.Context, k *driver.Kargo) error {
 	say("")
 	prod, err := k.CreateStage(ctx, project, "prod", map[string]string{
-		controller.DegradedGraceAnnotation:  "4s",
-		controller.PauseOnFailureAnnotation: "true",
+		api.DegradedGraceAnnotation:  "4s",
+		api.PauseOnFailureAnnotation: "true",
 	})
 	if err != nil {
 		return err
@@ -82,7 +82,7 @@ func (d *demo) playFailureAndPause(ctx context.Context, k *driver.Kargo) error {
 	time.Sleep(500 * time.Millisecond)
 	after, _ := prod.Get(ctx)
 	say("   prod flapped Healthy <-> Progressing 10 times: still %s, record unchanged: %t",
-		d.phase(ctx, prod), before.GetAnnotations()[controller.StateAnnotation] == after.GetAnnotations()[controller.StateAnnotation])
+		d.phase(ctx, prod), before.GetAnnotations()[api.StateAnnotation] == after.GetAnnotations()[api.StateAnnotation])
 	d.showMetrics("kargo_latch_progressing_ignored_total", "kargo_latch_time_to_latch_seconds_count")
 	d.showStatus()
 
@@ -144,7 +144,7 @@ func (d *demo) playFailureAndPause(ctx context.Context, k *driver.Kargo) error {
 	say("   Kargo's auto-promotion to prod is allowed again")
 	d.showMetrics("kargo_latch_stage_paused", "kargo_latch_resumes_total")
 	d.showStatus()
-	if err := d.waitForEvents(ctx, "prod", controller.ReasonStageResumed); err != nil {
+	if err := d.waitForEvents(ctx, "prod", api.ReasonStageResumed); err != nil {
 		return err
 	}
 	d.showEvents(ctx, "prod")

@@ -14,8 +14,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/kargo-latch/kargo-latch/api"
 	"github.com/kargo-latch/kargo-latch/cli"
-	"github.com/kargo-latch/kargo-latch/controller"
 	"github.com/kargo-latch/kargo-latch/latch"
 	"github.com/kargo-latch/kargo-latch/test/driver"
 )
@@ -27,7 +27,7 @@ func (d *demo) phase(ctx context.Context, s *driver.Stage) latch.Phase {
 
 func (d *demo) paused(ctx context.Context, s *driver.Stage) bool {
 	u, err := s.Get(ctx)
-	return err == nil && u.GetLabels()[controller.PausedLabel] == "true"
+	return err == nil && u.GetLabels()[api.PausedLabel] == "true"
 }
 
 func (d *demo) waitFor(ctx context.Context, what string, cond func() bool) error {

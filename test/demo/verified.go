@@ -13,7 +13,7 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/types"
 
-	"github.com/kargo-latch/kargo-latch/controller"
+	"github.com/kargo-latch/kargo-latch/api"
 	"github.com/kargo-latch/kargo-latch/kargo"
 	"github.com/kargo-latch/kargo-latch/latch"
 	"github.com/kargo-latch/kargo-latch/test/driver"
@@ -54,7 +54,7 @@ func appHealthAt(i, tick int) string {
 // downstream Stage receives it. kargo-latch latches per App and marks the
 // Freight verified, and the Freight flows on.
 func (d *demo) playOutOfPhaseApps(ctx context.Context, k *driver.Kargo) error {
-	test, err := k.CreateStage(ctx, project, upstream, map[string]string{controller.MarkVerifiedAnnotation: "true"}, driver.WithApps(outOfPhaseApps...))
+	test, err := k.CreateStage(ctx, project, upstream, map[string]string{api.MarkVerifiedAnnotation: "true"}, driver.WithApps(outOfPhaseApps...))
 	if err != nil {
 		return err
 	}
@@ -116,7 +116,7 @@ func (d *demo) playOutOfPhaseApps(ctx context.Context, k *driver.Kargo) error {
 	say("   The Freight, read back from the API server (kubectl get freight -n %s %s -o jsonpath='{.status.verifiedIn}'):", project, freight)
 	say("     %s", b)
 	say("     verifiedAt %s is latchedAt to the second, as Kargo writes it", verifiedAt)
-	if err := d.waitForEvents(ctx, upstream, controller.ReasonHealthLatched, controller.ReasonFreightVerified); err != nil {
+	if err := d.waitForEvents(ctx, upstream, api.ReasonHealthLatched, api.ReasonFreightVerified); err != nil {
 		return err
 	}
 	d.showEvents(ctx, upstream)
@@ -135,7 +135,7 @@ func (d *demo) playOutOfPhaseApps(ctx context.Context, k *driver.Kargo) error {
 	say("   After the latch the Apps' health changed %d more times. kargo-latch keeps per-App health only while a cycle", t.flapsAfterLatch)
 	say("   waits for its latch, so these flaps did not even wake it (%d Stage syncs), and it wrote nothing:", t.syncsAfterLatch)
 	say("   record unchanged: %t, Freight unchanged: %t, FreightVerified Events: %d",
-		d.recordUnchanged(ctx, test, t.latchedRecord), d.freightUnchanged(ctx, k, freight, t.markedFreightRV), d.countEvents(ctx, upstream, controller.ReasonFreightVerified))
+		d.recordUnchanged(ctx, test, t.latchedRecord), d.freightUnchanged(ctx, k, freight, t.markedFreightRV), d.countEvents(ctx, upstream, api.ReasonFreightVerified))
 	d.showStatus()
 	return nil
 }
@@ -320,7 +320,7 @@ func (d *demo) record(ctx context.Context, s *driver.Stage) (latch.Record, strin
 	if err != nil {
 		return latch.Record{}, ""
 	}
-	raw := u.GetAnnotations()[controller.StateAnnotation]
+	raw := u.GetAnnotations()[api.StateAnnotation]
 	r, _ := latch.Decode(raw)
 	return r, raw
 }

@@ -7,7 +7,7 @@ import (
 	"sync/atomic"
 	"testing"
 
-	"github.com/kargo-latch/kargo-latch/controller"
+	"github.com/kargo-latch/kargo-latch/api"
 	"github.com/kargo-latch/kargo-latch/latch"
 )
 
@@ -27,7 +27,7 @@ func TestStagePausedEventSurvivesRefusedCreates(t *testing.T) {
 		}
 		return nil
 	}))
-	prod := env.createStage(t, ns, "prod", map[string]string{controller.PauseOnFailureAnnotation: "true"})
+	prod := env.createStage(t, ns, "prod", map[string]string{api.PauseOnFailureAnnotation: "true"})
 	promoteAndLatch(t, prod)
 
 	refuseEvents.Store(true)
@@ -38,14 +38,14 @@ func TestStagePausedEventSurvivesRefusedCreates(t *testing.T) {
 		t.Errorf("record failure %+v, pausedBy %+v; want the failure's pause to be what paused the Stage", r.Failure, r.PausedBy)
 	}
 	waitFor(t, "the operator to retry the refused Event", func() bool { return refused.Load() >= 3 })
-	if n := env.eventCount(t, prod, controller.ReasonStagePaused); n != 0 {
+	if n := env.eventCount(t, prod, api.ReasonStagePaused); n != 0 {
 		t.Fatalf("%d StagePaused Events while every create is refused", n)
 	}
 
 	refuseEvents.Store(false)
-	waitEvent(t, prod, controller.ReasonStagePaused)
+	waitEvent(t, prod, api.ReasonStagePaused)
 	op.idle(t)
-	if n := env.eventCount(t, prod, controller.ReasonStagePaused); n != 1 {
+	if n := env.eventCount(t, prod, api.ReasonStagePaused); n != 1 {
 		t.Errorf("%d StagePaused Events, want 1", n)
 	}
 	if n := len(env.listPauses(t, ns)); n != 1 {

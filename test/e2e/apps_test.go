@@ -10,7 +10,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 
-	"github.com/kargo-latch/kargo-latch/controller"
+	"github.com/kargo-latch/kargo-latch/api"
 	"github.com/kargo-latch/kargo-latch/kargo"
 	"github.com/kargo-latch/kargo-latch/latch"
 	"github.com/kargo-latch/kargo-latch/test/driver"
@@ -62,7 +62,7 @@ func TestAppsFlappingOutOfPhaseLatchPerApp(t *testing.T) {
 	case !r.LatchedAt.Equal(b):
 		t.Errorf("latchedAt = %v, want the moment the last App was Healthy, %v", r.LatchedAt, b)
 	}
-	ev := waitEvent(t, s, controller.ReasonHealthLatched)
+	ev := waitEvent(t, s, api.ReasonHealthLatched)
 	if !strings.Contains(ev.Message, "Application") {
 		t.Errorf("HealthLatched message %q does not say the Applications latched it", ev.Message)
 	}
@@ -128,7 +128,7 @@ func TestAppsFlappingOutOfPhaseLatchPerApp(t *testing.T) {
 	if diff := cmp.Diff(r, stageRecord(t, s)); diff != "" {
 		t.Errorf("the record changed during the flaps (-latched +after):\n%s", diff)
 	}
-	if n := env.eventCount(t, s, controller.ReasonHealthLatched); n != 1 {
+	if n := env.eventCount(t, s, api.ReasonHealthLatched); n != 1 {
 		t.Errorf("%d HealthLatched Events, want 1", n)
 	}
 	t.Logf("%d App flaps over 30 s, no write", writes)
@@ -181,7 +181,7 @@ func TestAppsDegradedAfterLatchFails(t *testing.T) {
 	t.Parallel()
 	_, s, degradedAt := degradedAfterAppsLatch(t, "2s")
 	ns := s.Namespace
-	waitEvent(t, s, controller.ReasonStageDegraded)
+	waitEvent(t, s, api.ReasonStageDegraded)
 	waitDegradedFailure(t, s, degradedAt, 2*time.Second)
 	waitPaused(t, s, true)
 	if got := pausesFor(t, ns, s.Name); got != 1 {
@@ -190,7 +190,7 @@ func TestAppsDegradedAfterLatchFails(t *testing.T) {
 	if r := stageRecord(t, s); r.Failure.Pause == "" || !slices.Equal(r.Pauses, []string{r.Failure.Pause}) {
 		t.Errorf("record pauses %q, failure pause %q; want the failure's pause", r.Pauses, r.Failure.Pause)
 	}
-	waitEvent(t, s, controller.ReasonStagePaused)
+	waitEvent(t, s, api.ReasonStagePaused)
 }
 
 // TestAppsUnknownOutputShapeUsesAggregateOnly: a health output of another
@@ -250,7 +250,7 @@ func TestAppsUnknownOutputShapeUsesAggregateOnly(t *testing.T) {
 		// StatusMissingAfter after the Stage's creation.
 		for reason, evs := range env.stageEvents(t, s) {
 			for _, ev := range evs {
-				if ev.Type == "Warning" && reason != controller.ReasonStatusMissing {
+				if ev.Type == "Warning" && reason != api.ReasonStatusMissing {
 					t.Errorf("%s: Warning Event %s: %s", shape.name, ev.Reason, ev.Message)
 				}
 			}
@@ -277,7 +277,7 @@ func TestAppsRecoverPerAppAfterADegradedBlip(t *testing.T) {
 	if r.DegradedSince != nil || r.AppsRecovered != nil {
 		t.Errorf("recovered record keeps degradedSince %v, appsRecovered %v", r.DegradedSince, r.AppsRecovered)
 	}
-	if ev := waitEvent(t, s, controller.ReasonStageRecovered); !strings.Contains(ev.Message, "every Application") {
+	if ev := waitEvent(t, s, api.ReasonStageRecovered); !strings.Contains(ev.Message, "every Application") {
 		t.Errorf("StageRecovered says %q, want the per-App recovery", ev.Message)
 	}
 	// Past the grace it stays Latched and unpaused.
@@ -300,8 +300,8 @@ func degradedAfterAppsLatch(t *testing.T, grace string) (*operator, *driver.Stag
 	ns := env.newProject(t)
 	op := startOperator(t, ns, fastSettings())
 	s := env.createStage(t, ns, "test", map[string]string{
-		controller.DegradedGraceAnnotation:  grace,
-		controller.PauseOnFailureAnnotation: "true",
+		api.DegradedGraceAnnotation:  grace,
+		api.PauseOnFailureAnnotation: "true",
 	}, appsAB)
 	if r, _ := latchByApps(t, s); r.LatchedBy != latch.LatchedByApps {
 		t.Fatalf("latchedBy = %q, want %q", r.LatchedBy, latch.LatchedByApps)

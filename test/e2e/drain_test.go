@@ -15,8 +15,8 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/types"
 
+	"github.com/kargo-latch/kargo-latch/api"
 	"github.com/kargo-latch/kargo-latch/api/v1alpha1"
-	"github.com/kargo-latch/kargo-latch/controller"
 	"github.com/kargo-latch/kargo-latch/kargo"
 	"github.com/kargo-latch/kargo-latch/latch"
 	"github.com/kargo-latch/kargo-latch/test/driver"
@@ -129,7 +129,7 @@ func TestDrainedCycleDoesNotFailWhilePaused(t *testing.T) {
 	// its settings from the Stage (here, the deadline it already has).
 	op.sees(t, "the Stage's settings after the deadline", func() error {
 		_, err := env.dyn.Resource(kargo.StagesResource).Namespace(ns).Patch(ctx, prod.Name, types.MergePatchType,
-			[]byte(`{"metadata":{"annotations":{"`+controller.LatchDeadlineAnnotation+`":"`+deadline.String()+`"}}}`), metav1.PatchOptions{})
+			[]byte(`{"metadata":{"annotations":{"`+api.LatchDeadlineAnnotation+`":"`+deadline.String()+`"}}}`), metav1.PatchOptions{})
 		return err
 	})
 	op.idle(t)

@@ -13,7 +13,7 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/types"
 
-	"github.com/kargo-latch/kargo-latch/controller"
+	"github.com/kargo-latch/kargo-latch/api"
 	"github.com/kargo-latch/kargo-latch/kargo"
 	"github.com/kargo-latch/kargo-latch/latch"
 	"github.com/kargo-latch/kargo-latch/test/driver"
@@ -52,7 +52,7 @@ func TestStageDeletedWhilePaused(t *testing.T) {
 	t.Parallel()
 	ns := env.newProject(t)
 	op := startOperator(t, ns, fastSettings())
-	s := env.createStage(t, ns, "prod", map[string]string{controller.PauseOnFailureAnnotation: "true"})
+	s := env.createStage(t, ns, "prod", map[string]string{api.PauseOnFailureAnnotation: "true"})
 	promoteAndLatch(t, s)
 	must(t, createPause(env.dev, pause(ns, "hold", "prod", "Manual")))
 	_, err := s.FinishPromotion(ctx, "Failed")
@@ -171,7 +171,7 @@ func TestTooManyApplicationsFallsBackToTheAggregate(t *testing.T) {
 	// Every App Healthy at once under a Progressing aggregate would latch a
 	// Stage of fewer Apps.
 	must(t, s.SetAppsHealth(ctx, kargo.HealthProgressing, apps...))
-	ev := waitEvent(t, s, controller.ReasonTooManyApps)
+	ev := waitEvent(t, s, api.ReasonTooManyApps)
 	if ev.Type != "Warning" || !strings.Contains(ev.Message, "aggregate") {
 		t.Errorf("Event %s %q; want a Warning that says the aggregate counts", ev.Type, ev.Message)
 	}
@@ -187,7 +187,7 @@ func TestTooManyApplicationsFallsBackToTheAggregate(t *testing.T) {
 	if r := waitPhase(t, s, latch.PhaseLatched); r.LatchedBy != latch.LatchedByStage {
 		t.Errorf("latched by %q, want %q", r.LatchedBy, latch.LatchedByStage)
 	}
-	if n := len(env.stageEvents(t, s)[controller.ReasonTooManyApps]); n != 1 {
+	if n := len(env.stageEvents(t, s)[api.ReasonTooManyApps]); n != 1 {
 		t.Errorf("%d TooManyApplications Events, want 1", n)
 	}
 }
@@ -201,7 +201,7 @@ func TestGarbageRecordIsKept(t *testing.T) {
 	t.Parallel()
 	ns := env.newProject(t)
 	op := startOperator(t, ns, fastSettings())
-	s := env.createStage(t, ns, "prod", map[string]string{controller.PauseOnFailureAnnotation: "true"})
+	s := env.createStage(t, ns, "prod", map[string]string{api.PauseOnFailureAnnotation: "true"})
 	promoteAndLatch(t, s)
 	_, err := s.FinishPromotion(ctx, "Failed")
 	must(t, err)
@@ -213,13 +213,13 @@ func TestGarbageRecordIsKept(t *testing.T) {
 
 	u, err := s.Get(ctx)
 	must(t, err)
-	garbage := strings.Replace(u.GetAnnotations()[controller.StateAnnotation], `"phase":"Failed"`, `"phase":"Failed`, 1)
-	patch, err := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": map[string]string{controller.StateAnnotation: garbage}}})
+	garbage := strings.Replace(u.GetAnnotations()[api.StateAnnotation], `"phase":"Failed"`, `"phase":"Failed`, 1)
+	patch, err := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": map[string]string{api.StateAnnotation: garbage}}})
 	must(t, err)
 	_, err = env.dyn.Resource(kargo.StagesResource).Namespace(ns).Patch(ctx, s.Name, types.MergePatchType, patch, metav1.PatchOptions{})
 	must(t, err)
 
-	ev := waitEvent(t, s, controller.ReasonInvalidState)
+	ev := waitEvent(t, s, api.ReasonInvalidState)
 	if ev.Type != "Warning" || !strings.Contains(ev.Message, kargo.InvalidStateAnnotation) {
 		t.Errorf("InvalidState Event %s %q, want a Warning naming %s", ev.Type, ev.Message, kargo.InvalidStateAnnotation)
 	}
@@ -227,7 +227,7 @@ func TestGarbageRecordIsKept(t *testing.T) {
 	waitFor(t, "a fresh record beside the kept garbage", func() bool {
 		u, err := s.Get(ctx)
 		must(t, err)
-		_, err = latch.Decode(u.GetAnnotations()[controller.StateAnnotation])
+		_, err = latch.Decode(u.GetAnnotations()[api.StateAnnotation])
 		kept = u.GetAnnotations()[kargo.InvalidStateAnnotation]
 		return err == nil && kept != ""
 	})
@@ -265,13 +265,13 @@ func TestGarbageRecordKeptWithinTheAnnotationLimit(t *testing.T) {
 
 	// Each person's edit leaves the Stage's annotations within the limit,
 	// the second exactly at it.
-	largeGarbage := `{"version":1,"phase":"Failed","note":"` + strings.Repeat("x", annotationLimit-len(controller.StateAnnotation)-300)
+	largeGarbage := `{"version":1,"phase":"Failed","note":"` + strings.Repeat("x", annotationLimit-len(api.StateAnnotation)-300)
 	fullGarbage := `{"version":1,"phase":"Failed","note":"` + strings.Repeat("x", 4000)
 	const blobKey = "example.com/blob"
-	blob := strings.Repeat("x", annotationLimit-len(controller.StateAnnotation)-len(fullGarbage)-len(blobKey))
+	blob := strings.Repeat("x", annotationLimit-len(api.StateAnnotation)-len(fullGarbage)-len(blobKey))
 	for s, annotations := range map[string]map[string]string{
-		large.Name: {controller.StateAnnotation: largeGarbage},
-		full.Name:  {controller.StateAnnotation: fullGarbage, blobKey: blob},
+		large.Name: {api.StateAnnotation: largeGarbage},
+		full.Name:  {api.StateAnnotation: fullGarbage, blobKey: blob},
 	} {
 		patch, err := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": annotations}})
 		must(t, err)
@@ -282,7 +282,7 @@ func TestGarbageRecordKeptWithinTheAnnotationLimit(t *testing.T) {
 		waitFor(t, "a fresh record on "+s.Name, func() bool {
 			u, err := s.Get(ctx)
 			must(t, err)
-			r, err := latch.Decode(u.GetAnnotations()[controller.StateAnnotation])
+			r, err := latch.Decode(u.GetAnnotations()[api.StateAnnotation])
 			return err == nil && r.Phase == latch.PhaseLatched
 		})
 	}
@@ -302,7 +302,7 @@ func TestGarbageRecordKeptWithinTheAnnotationLimit(t *testing.T) {
 		t.Errorf("%s on a full Stage: %s present %v, the other annotation kept %v; want absent, kept", full.Name, kargo.InvalidStateAnnotation, ok, u.GetAnnotations()[blobKey] == blob)
 	}
 	var dropped bool
-	for _, ev := range env.stageEvents(t, full)[controller.ReasonInvalidState] {
+	for _, ev := range env.stageEvents(t, full)[api.ReasonInvalidState] {
 		dropped = dropped || strings.Contains(ev.Message, "could not be kept") && strings.Contains(ev.Message, "262144 bytes")
 	}
 	if !dropped {

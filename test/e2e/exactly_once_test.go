@@ -12,8 +12,8 @@ import (
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/kargo-latch/kargo-latch/api"
 	"github.com/kargo-latch/kargo-latch/api/v1alpha1"
-	"github.com/kargo-latch/kargo-latch/controller"
 	"github.com/kargo-latch/kargo-latch/kargo"
 	"github.com/kargo-latch/kargo-latch/latch"
 	"github.com/kargo-latch/kargo-latch/test/driver"
@@ -33,7 +33,7 @@ func TestExactlyOncePauseAcrossKills(t *testing.T) {
 	const n = 8
 	stages := make([]*driver.Stage, n)
 	for i := range stages {
-		stages[i] = env.createStage(t, ns, fmt.Sprintf("s%d", i), map[string]string{controller.PauseOnFailureAnnotation: "true"})
+		stages[i] = env.createStage(t, ns, fmt.Sprintf("s%d", i), map[string]string{api.PauseOnFailureAnnotation: "true"})
 	}
 
 	stop := make(chan struct{})
@@ -84,7 +84,7 @@ func TestExactlyOncePauseAcrossKills(t *testing.T) {
 		if got := pausesFor(t, ns, s.Name); got != 1 {
 			t.Errorf("%s: %d StagePauses, want exactly 1", s.Name, got)
 		}
-		if got := env.eventCount(t, s, controller.ReasonStagePaused); got != 1 {
+		if got := env.eventCount(t, s, api.ReasonStagePaused); got != 1 {
 			t.Errorf("%s: %d StagePaused Events, want exactly 1", s.Name, got)
 		}
 	}

@@ -12,7 +12,7 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/client-go/dynamic"
 
-	"github.com/kargo-latch/kargo-latch/controller"
+	"github.com/kargo-latch/kargo-latch/api"
 	"github.com/kargo-latch/kargo-latch/latch"
 	"github.com/kargo-latch/kargo-latch/test/cluster"
 	"github.com/kargo-latch/kargo-latch/test/driver"
@@ -121,10 +121,10 @@ func TestGateRefusesEveryKargoController(t *testing.T) {
 	if err != nil {
 		t.Fatalf("the shard's auto-promotion where the setting lacks it: %v, want it to pass (the test needs it to)", err)
 	}
-	if by := bypass.GetAnnotations()[controller.RequestedByAnnotation]; by != kargoShardUser {
+	if by := bypass.GetAnnotations()[api.RequestedByAnnotation]; by != kargoShardUser {
 		t.Errorf("the bypassing Promotion is marked requested-by %q, want %s", by, kargoShardUser)
 	}
-	ev := waitEvent(t, prod, controller.ReasonGateBypassed)
+	ev := waitEvent(t, prod, api.ReasonGateBypassed)
 	for _, want := range []string{bypass.GetName(), "by " + kargoShardUser + ",", "pauseGate.kargoControllers", "pauseGate.kargoControllerRegex", "kargo-latch-kargo-controllers"} {
 		if !strings.Contains(ev.Message, want) {
 			t.Errorf("GateBypassed %q does not say %q", ev.Message, want)

@@ -15,6 +15,7 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/client-go/dynamic"
 
+	"github.com/kargo-latch/kargo-latch/api"
 	"github.com/kargo-latch/kargo-latch/api/v1alpha1"
 	"github.com/kargo-latch/kargo-latch/controller"
 	"github.com/kargo-latch/kargo-latch/kargo"
@@ -54,7 +55,7 @@ func countBypassReports(n *atomic.Int64) func(*http.Request) error {
 		}
 		if body, err := r.GetBody(); err == nil {
 			b, _ := io.ReadAll(body)
-			if bytes.Contains(b, []byte(controller.ReasonGateBypassed)) {
+			if bytes.Contains(b, []byte(api.ReasonGateBypassed)) {
 				n.Add(1)
 			}
 		}
@@ -128,10 +129,10 @@ func TestGateBypassedIsReported(t *testing.T) {
 	if n := reports.Load(); n != 0 {
 		t.Fatalf("%d GateBypassed reports before any bypass, want 0", n)
 	}
-	if by, ok := unpaused.GetAnnotations()[controller.RequestedByAnnotation]; ok {
+	if by, ok := unpaused.GetAnnotations()[api.RequestedByAnnotation]; ok {
 		t.Errorf("the auto-promotion to the unpaused Stage is marked requested-by %q: only Promotions made under a pause are", by)
 	}
-	if by := person.GetAnnotations()[controller.RequestedByAnnotation]; by != "dev" {
+	if by := person.GetAnnotations()[api.RequestedByAnnotation]; by != "dev" {
 		t.Errorf("the person's Promotion to the paused Stage is marked requested-by %q, want dev: every Promotion made under a pause is", by)
 	}
 
@@ -142,10 +143,10 @@ func TestGateBypassedIsReported(t *testing.T) {
 		t.Fatalf("the gate refused the other identity (the test needs it to fail open): %v", err)
 	}
 	otherUser := "system:serviceaccount:" + ns + ":kargo-controller"
-	if by := bypass.GetAnnotations()[controller.RequestedByAnnotation]; by != otherUser {
+	if by := bypass.GetAnnotations()[api.RequestedByAnnotation]; by != otherUser {
 		t.Errorf("the bypassing Promotion is marked requested-by %q, want %s", by, otherUser)
 	}
-	ev := waitEvent(t, prod, controller.ReasonGateBypassed)
+	ev := waitEvent(t, prod, api.ReasonGateBypassed)
 	t.Logf("GateBypassed %v after the bypassing Promotion was created", time.Since(start).Round(time.Millisecond))
 	if ev.Type != corev1.EventTypeWarning || ev.Related == nil || ev.Related.Name != bypass.GetName() ||
 		!strings.Contains(ev.Message, bypass.GetName()) || !strings.Contains(ev.Message, "StagePause hold (reason Manual)") {
@@ -168,7 +169,7 @@ func TestGateBypassedIsReported(t *testing.T) {
 	if got := op.metric(gateMetric); got != 1 {
 		t.Errorf("%s = %v over all Stages, want 1", gateMetric, got)
 	}
-	if got := env.stageEvents(t, dev)[controller.ReasonGateBypassed]; len(got) != 0 {
+	if got := env.stageEvents(t, dev)[api.ReasonGateBypassed]; len(got) != 0 {
 		t.Errorf("GateBypassed on the unpaused Stage: %+v", got)
 	}
 
@@ -186,7 +187,7 @@ func TestGateBypassedIsReported(t *testing.T) {
 	if got := op2.metric(gateMetric); got != 0 {
 		t.Errorf("the restarted operator counted %v bypasses, want 0", got)
 	}
-	if evs := env.stageEvents(t, prod)[controller.ReasonGateBypassed]; len(evs) != 1 || evs[0].Count != 1 {
+	if evs := env.stageEvents(t, prod)[api.ReasonGateBypassed]; len(evs) != 1 || evs[0].Count != 1 {
 		t.Errorf("GateBypassed Events after the restart: %d, want the one (count 1)", len(evs))
 	}
 }

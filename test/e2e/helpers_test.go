@@ -21,6 +21,7 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/klog/v2/ktesting"
 
+	"github.com/kargo-latch/kargo-latch/api"
 	"github.com/kargo-latch/kargo-latch/controller"
 	"github.com/kargo-latch/kargo-latch/kargo"
 	"github.com/kargo-latch/kargo-latch/latch"
@@ -315,7 +316,7 @@ func stageRecord(t *testing.T, s *driver.Stage) latch.Record {
 	t.Helper()
 	u, err := s.Get(context.Background())
 	must(t, err)
-	r, err := latch.Decode(u.GetAnnotations()[controller.StateAnnotation])
+	r, err := latch.Decode(u.GetAnnotations()[api.StateAnnotation])
 	if err != nil {
 		t.Fatalf("stage %s has an invalid record: %v", s.Name, err)
 	}
@@ -372,7 +373,7 @@ func readRecord(s *driver.Stage) (latch.Record, error) {
 	if err != nil {
 		return latch.Record{}, err
 	}
-	return latch.Decode(u.GetAnnotations()[controller.StateAnnotation])
+	return latch.Decode(u.GetAnnotations()[api.StateAnnotation])
 }
 
 // pollPhase is waitPhase returning its error.

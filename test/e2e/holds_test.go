@@ -10,9 +10,9 @@ import (
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/rest"
 
+	"github.com/kargo-latch/kargo-latch/api"
 	"github.com/kargo-latch/kargo-latch/api/v1alpha1"
 	"github.com/kargo-latch/kargo-latch/cli"
-	"github.com/kargo-latch/kargo-latch/controller"
 	"github.com/kargo-latch/kargo-latch/kargo"
 	"github.com/kargo-latch/kargo-latch/latch"
 	"github.com/kargo-latch/kargo-latch/test/cluster"
@@ -70,7 +70,7 @@ func TestKargoHoldAfterAnIncident(t *testing.T) {
 		t.Errorf("resume: exit %d, stdout %q, stderr %q; want the hold and how to release it", code, out, errOut)
 	}
 	waitPaused(t, prod, false)
-	if ev := waitEvent(t, prod, controller.ReasonStageResumed); !strings.Contains(ev.Message, "But Kargo itself still holds auto-promotion: "+release+". Kargo's holds: "+hold) {
+	if ev := waitEvent(t, prod, api.ReasonStageResumed); !strings.Contains(ev.Message, "But Kargo itself still holds auto-promotion: "+release+". Kargo's holds: "+hold) {
 		t.Errorf("StageResumed says %q; want how to release the hold, and the hold", ev.Message)
 	}
 

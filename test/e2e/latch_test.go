@@ -8,7 +8,7 @@ import (
 
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 
-	"github.com/kargo-latch/kargo-latch/controller"
+	"github.com/kargo-latch/kargo-latch/api"
 	"github.com/kargo-latch/kargo-latch/kargo"
 	"github.com/kargo-latch/kargo-latch/latch"
 	"github.com/kargo-latch/kargo-latch/test/driver"
@@ -74,7 +74,7 @@ func TestLatchIgnoresProgressingFlapsWithoutWriting(t *testing.T) {
 	case r.LatchedAt == nil || !v.FinishTime.Equal(*r.LatchedAt):
 		t.Errorf("verification finishes %v, want the latch time %v", v.FinishTime, r.LatchedAt)
 	}
-	waitEvent(t, s, controller.ReasonHealthLatched)
+	waitEvent(t, s, api.ReasonHealthLatched)
 
 	patchesBefore := op.patches.Load()
 	for i := range 19 {
@@ -104,7 +104,7 @@ func TestLatchIgnoresProgressingFlapsWithoutWriting(t *testing.T) {
 	if got := stageRecord(t, s).Phase; got != latch.PhaseLatched {
 		t.Errorf("phase after the flaps = %s, want Latched", got)
 	}
-	if n := env.eventCount(t, s, controller.ReasonHealthLatched); n != 1 {
+	if n := env.eventCount(t, s, api.ReasonHealthLatched); n != 1 {
 		t.Errorf("%d HealthLatched Events, want 1", n)
 	}
 	t.Logf("ignored flaps counted: %v of 10 turns to Progressing", op.metric("kargo_latch_progressing_ignored_total"))
@@ -114,16 +114,16 @@ func TestDegradedPastGraceFails(t *testing.T) {
 	t.Parallel()
 	ns := env.newProject(t)
 	startOperator(t, ns, fastSettings())
-	s := env.createStage(t, ns, "prod", map[string]string{controller.DegradedGraceAnnotation: "2s"})
+	s := env.createStage(t, ns, "prod", map[string]string{api.DegradedGraceAnnotation: "2s"})
 	promoteAndLatch(t, s)
 
 	must(t, s.SetHealth(ctx, kargo.HealthUnhealthy, `Argo CD Application "app" in namespace "argocd" has health state "Degraded"`))
 	degradedAt := time.Now()
 	waitPhase(t, s, latch.PhaseDegraded)
-	waitEvent(t, s, controller.ReasonStageDegraded)
+	waitEvent(t, s, api.ReasonStageDegraded)
 	// No further write from "Kargo": the grace must expire by itself.
 	waitDegradedFailure(t, s, degradedAt, 2*time.Second)
-	ev := waitEvent(t, s, controller.ReasonLatchFailed)
+	ev := waitEvent(t, s, api.ReasonLatchFailed)
 	if ev.Type != "Warning" || !strings.Contains(ev.Message, "Degraded") {
 		t.Errorf("LatchFailed Event = %s %q, want a Warning naming Degraded", ev.Type, ev.Message)
 	}
@@ -133,14 +133,14 @@ func TestShortDegradationRecovers(t *testing.T) {
 	t.Parallel()
 	ns := env.newProject(t)
 	op := startOperator(t, ns, fastSettings())
-	s := env.createStage(t, ns, "prod", map[string]string{controller.DegradedGraceAnnotation: "5s"})
+	s := env.createStage(t, ns, "prod", map[string]string{api.DegradedGraceAnnotation: "5s"})
 	promoteAndLatch(t, s)
 
 	must(t, s.SetHealth(ctx, kargo.HealthUnhealthy))
 	waitPhase(t, s, latch.PhaseDegraded)
 	must(t, s.SetHealth(ctx, kargo.HealthHealthy))
 	r := waitPhase(t, s, latch.PhaseLatched)
-	waitEvent(t, s, controller.ReasonStageRecovered)
+	waitEvent(t, s, api.ReasonStageRecovered)
 	if r.Failure != nil || r.DegradedSince != nil {
 		t.Errorf("recovered record = %+v, want no failure and no degradedSince", r)
 	}
@@ -149,7 +149,7 @@ func TestShortDegradationRecovers(t *testing.T) {
 	if got := stageRecord(t, s).Phase; got != latch.PhaseLatched {
 		t.Errorf("phase after the grace = %s, want Latched", got)
 	}
-	if n := env.eventCount(t, s, controller.ReasonLatchFailed); n != 0 {
+	if n := env.eventCount(t, s, api.ReasonLatchFailed); n != 0 {
 		t.Errorf("%d LatchFailed Events, want none", n)
 	}
 }
@@ -158,7 +158,7 @@ func TestNeverHealthyPastDeadlineFails(t *testing.T) {
 	t.Parallel()
 	ns := env.newProject(t)
 	startOperator(t, ns, fastSettings())
-	s := env.createStage(t, ns, "prod", map[string]string{controller.LatchDeadlineAnnotation: "2s"})
+	s := env.createStage(t, ns, "prod", map[string]string{api.LatchDeadlineAnnotation: "2s"})
 	_, err := s.FinishPromotion(ctx, "Succeeded")
 	must(t, err)
 	must(t, s.SetHealth(ctx, kargo.HealthProgressing))
@@ -229,7 +229,7 @@ func TestAbortedPromotionKeepsLatchAndReplayStartsCycle(t *testing.T) {
 	t.Parallel()
 	ns := env.newProject(t)
 	op := startOperator(t, ns, fastSettings())
-	s := env.createStage(t, ns, "prod", map[string]string{controller.DegradedGraceAnnotation: "1s"})
+	s := env.createStage(t, ns, "prod", map[string]string{api.DegradedGraceAnnotation: "1s"})
 	latched := promoteAndLatch(t, s)
 
 	aborted, err := s.FinishPromotion(ctx, "Aborted")
@@ -265,7 +265,7 @@ func TestRestartKeepsLatch(t *testing.T) {
 	first := startOperator(t, ns, fastSettings())
 	s := env.createStage(t, ns, "prod", nil)
 	promoteAndLatch(t, s)
-	waitEvent(t, s, controller.ReasonHealthLatched)
+	waitEvent(t, s, api.ReasonHealthLatched)
 	first.stop()
 
 	must(t, s.SetHealth(ctx, kargo.HealthProgressing))
@@ -285,7 +285,7 @@ func TestRestartKeepsLatch(t *testing.T) {
 	if n := second.patches.Load(); n != 0 {
 		t.Errorf("the restarted operator patched the Stage %d times, want 0", n)
 	}
-	if n := env.eventCount(t, s, controller.ReasonHealthLatched); n != 1 {
+	if n := env.eventCount(t, s, api.ReasonHealthLatched); n != 1 {
 		t.Errorf("%d HealthLatched Events after restart, want 1", n)
 	}
 }
@@ -295,8 +295,8 @@ func TestBadInputIsReportedAndHarmless(t *testing.T) {
 	ns := env.newProject(t)
 	op := startOperator(t, ns, latch.Settings{LatchDeadline: time.Minute, DegradedGrace: 2 * time.Second, PauseOnFailure: true})
 
-	garbage := env.createStage(t, ns, "garbage", map[string]string{controller.StateAnnotation: `{"phase":"Latched",`})
-	soon := env.createStage(t, ns, "soon", map[string]string{controller.LatchDeadlineAnnotation: "soon", controller.PauseOnFailureAnnotation: "maybe"})
+	garbage := env.createStage(t, ns, "garbage", map[string]string{api.StateAnnotation: `{"phase":"Latched",`})
+	soon := env.createStage(t, ns, "soon", map[string]string{api.LatchDeadlineAnnotation: "soon", api.PauseOnFailureAnnotation: "maybe"})
 	purple := env.createStage(t, ns, "purple", nil)
 	bare := env.createStage(t, ns, "bare", nil)
 	healthy := env.createStage(t, ns, "healthy", nil)
@@ -311,25 +311,25 @@ func TestBadInputIsReportedAndHarmless(t *testing.T) {
 	promoteAndLatch(t, purple)
 	must(t, purple.SetHealth(ctx, "Purple"))
 
-	ev := waitEvent(t, garbage, controller.ReasonInvalidState)
+	ev := waitEvent(t, garbage, api.ReasonInvalidState)
 	if ev.Type != "Warning" {
 		t.Errorf("InvalidState Event type = %s, want Warning", ev.Type)
 	}
 	if r := waitPhase(t, garbage, latch.PhasePromoted); r.Failure != nil {
 		t.Errorf("garbage record led to failure %+v", r.Failure)
 	}
-	ev = waitEvent(t, soon, controller.ReasonInvalidConfig)
+	ev = waitEvent(t, soon, api.ReasonInvalidConfig)
 	if !strings.Contains(ev.Message, "soon") || !strings.Contains(ev.Message, "maybe") {
 		t.Errorf("InvalidConfig message %q does not name both bad values", ev.Message)
 	}
 	if r := waitPhase(t, soon, latch.PhasePromoted); r.Failure != nil {
 		t.Errorf("invalid settings led to failure %+v", r.Failure)
 	}
-	ev = waitEvent(t, purple, controller.ReasonUnknownHealth)
+	ev = waitEvent(t, purple, api.ReasonUnknownHealth)
 	if !strings.Contains(ev.Message, "Purple") {
 		t.Errorf("UnknownHealth message %q does not name the value", ev.Message)
 	}
-	waitEvent(t, bare, controller.ReasonStatusMissing)
+	waitEvent(t, bare, api.ReasonStatusMissing)
 	if r := waitPhase(t, bare, latch.PhaseIdle); r.Failure != nil {
 		t.Errorf("a Stage without status got failure %+v", r.Failure)
 	}

@@ -7,7 +7,7 @@ import (
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	"github.com/kargo-latch/kargo-latch/controller"
+	"github.com/kargo-latch/kargo-latch/api"
 	"github.com/kargo-latch/kargo-latch/kargo"
 	"github.com/kargo-latch/kargo-latch/test/driver"
 )
@@ -68,7 +68,7 @@ func TestLeaderElection(t *testing.T) {
 		}
 	}
 	for _, s := range []*driver.Stage{before, during} {
-		if n := env.eventCount(t, s, controller.ReasonStagePaused); n != 1 {
+		if n := env.eventCount(t, s, api.ReasonStagePaused); n != 1 {
 			t.Errorf("%s: %d StagePaused Events across the failover, want 1", s.Name, n)
 		}
 	}

@@ -7,8 +7,8 @@ import (
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/kargo-latch/kargo-latch/api"
 	"github.com/kargo-latch/kargo-latch/api/v1alpha1"
-	"github.com/kargo-latch/kargo-latch/controller"
 )
 
 // A Stage name may have 253 characters; a label value only 63. A failure of
@@ -20,7 +20,7 @@ func TestLongStageNamePausesAndResumes(t *testing.T) {
 	ns := env.newProject(t)
 	startOperator(t, ns, fastSettings())
 	name := strings.Repeat("payments-eu-west.", 5) + "prod" // 89 characters
-	prod := env.createStage(t, ns, name, map[string]string{controller.PauseOnFailureAnnotation: "true"})
+	prod := env.createStage(t, ns, name, map[string]string{api.PauseOnFailureAnnotation: "true"})
 	promoteAndLatch(t, prod)
 
 	_, err := prod.FinishPromotion(ctx, "Failed")
@@ -40,5 +40,5 @@ func TestLongStageNamePausesAndResumes(t *testing.T) {
 
 	must(t, env.dyn.Resource(v1alpha1.StagePausesResource).Namespace(ns).Delete(context.Background(), p.GetName(), metav1.DeleteOptions{}))
 	waitPaused(t, prod, false)
-	waitEvent(t, prod, controller.ReasonStageResumed)
+	waitEvent(t, prod, api.ReasonStageResumed)
 }

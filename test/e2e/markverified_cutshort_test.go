@@ -10,7 +10,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/dynamic"
 
-	"github.com/kargo-latch/kargo-latch/controller"
+	"github.com/kargo-latch/kargo-latch/api"
 	"github.com/kargo-latch/kargo-latch/kargo"
 )
 
@@ -46,14 +46,14 @@ func TestMarkVerifiedCutShortAfterItsPatchGetsOneEvent(t *testing.T) {
 	})
 	must(t, err)
 	_, err = dynamic.NewForConfigOrDie(env.marker).Resource(kargo.FreightsResource).Namespace(ns).
-		Patch(ctx, name, types.MergePatchType, mark, metav1.PatchOptions{FieldManager: controller.FieldManager}, "status")
+		Patch(ctx, name, types.MergePatchType, mark, metav1.PatchOptions{FieldManager: api.FieldManager}, "status")
 	must(t, err)
 	marked := freightOnServer(t, ns, name)
 
 	op := startOperatorAs(t, env.marker, ns, fastSettings())
 	waitFor(t, "the record to name the marked Freight", func() bool { return slices.Contains(stageRecord(t, s).Marked, name) })
 	op.idle(t)
-	events := env.stageEvents(t, s)[controller.ReasonFreightVerified]
+	events := env.stageEvents(t, s)[api.ReasonFreightVerified]
 	if len(events) != 1 || events[0].Count > 1 || !strings.Contains(events[0].Message, name) || !strings.Contains(events[0].Message, verifiedAt) {
 		t.Errorf("FreightVerified Events %+v, want exactly one naming %s and %s", events, name, verifiedAt)
 	}

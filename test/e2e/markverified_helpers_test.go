@@ -13,7 +13,7 @@ import (
 	"k8s.io/client-go/dynamic/dynamicinformer"
 	"k8s.io/client-go/tools/cache"
 
-	"github.com/kargo-latch/kargo-latch/controller"
+	"github.com/kargo-latch/kargo-latch/api"
 	"github.com/kargo-latch/kargo-latch/kargo"
 	"github.com/kargo-latch/kargo-latch/latch"
 	"github.com/kargo-latch/kargo-latch/test/driver"
@@ -125,7 +125,7 @@ func assertNotVerified(t *testing.T, op *operator, s *driver.Stage, name, when s
 	if at, ok := verifiedAt(freightOnServer(t, s.Namespace, name), s.Name); ok {
 		t.Errorf("%s: Freight %s was marked verified in %s at %s, want no mark", when, name, s.Name, at)
 	}
-	if n := env.eventCount(t, s, controller.ReasonFreightVerified); n != 0 {
+	if n := env.eventCount(t, s, api.ReasonFreightVerified); n != 0 {
 		t.Errorf("%s: %d FreightVerified Events on %s, want none", when, n, s.Name)
 	}
 	if n := op.metric("kargo_latch_freight_verified_total", "stage", s.Name); n != 0 {
@@ -268,7 +268,7 @@ func (w *markWatch) values(freight, stage string) []string {
 // as many FreightVerified Events, and its counter.
 func assertMarks(t *testing.T, op *operator, s *driver.Stage, want int) {
 	t.Helper()
-	if n := env.eventCount(t, s, controller.ReasonFreightVerified); n != want {
+	if n := env.eventCount(t, s, api.ReasonFreightVerified); n != want {
 		t.Errorf("%d FreightVerified Events, want %d", n, want)
 	}
 	if n := op.metric("kargo_latch_freight_verified_total", "project", s.Namespace, "stage", s.Name); n != float64(want) {

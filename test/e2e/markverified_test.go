@@ -12,12 +12,12 @@ import (
 	"github.com/google/go-cmp/cmp"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 
-	"github.com/kargo-latch/kargo-latch/controller"
+	"github.com/kargo-latch/kargo-latch/api"
 	"github.com/kargo-latch/kargo-latch/latch"
 	"github.com/kargo-latch/kargo-latch/test/driver"
 )
 
-var markVerified = map[string]string{controller.MarkVerifiedAnnotation: "true"}
+var markVerified = map[string]string{api.MarkVerifiedAnnotation: "true"}
 
 // TestMarkVerifiedWritesOneKey: when a cycle latches, the Freight gets
 // status.verifiedIn.<stage>.verifiedAt = latchedAt through Kargo's real
@@ -53,10 +53,10 @@ func TestMarkVerifiedWritesOneKey(t *testing.T) {
 	}
 	byOperator := false
 	for _, mf := range after.GetManagedFields() {
-		byOperator = byOperator || (mf.Manager == controller.FieldManager && mf.Subresource == "status")
+		byOperator = byOperator || (mf.Manager == api.FieldManager && mf.Subresource == "status")
 	}
 	if !byOperator {
-		t.Errorf("no managedFields entry of %q on the status subresource: the mark was not the operator's", controller.FieldManager)
+		t.Errorf("no managedFields entry of %q on the status subresource: the mark was not the operator's", api.FieldManager)
 	}
 
 	// The record says so once the Event is made, after the Freight patch.
@@ -64,7 +64,7 @@ func TestMarkVerifiedWritesOneKey(t *testing.T) {
 	if diff := cmp.Diff([]string{name}, stageRecord(t, s).Marked); diff != "" {
 		t.Errorf("record's marked Freight (-want +got):\n%s", diff)
 	}
-	ev := waitEvent(t, s, controller.ReasonFreightVerified)
+	ev := waitEvent(t, s, api.ReasonFreightVerified)
 	if ev.Type != "Normal" || !strings.Contains(ev.Message, name) || !strings.Contains(ev.Message, "every Application was Healthy") {
 		t.Errorf("FreightVerified Event = %s %q, want a Normal Event naming %s and the Applications", ev.Type, ev.Message, name)
 	}
@@ -93,8 +93,8 @@ func TestMarkVerifiedNotWhileDegradedOrFailed(t *testing.T) {
 	t.Parallel()
 	ns := env.newProject(t)
 	op := startOperatorAs(t, env.marker, ns, fastSettings())
-	degraded := env.createStage(t, ns, "degraded", map[string]string{controller.MarkVerifiedAnnotation: "true", controller.DegradedGraceAnnotation: "1m"}, appsAB)
-	failed := env.createStage(t, ns, "failed", map[string]string{controller.MarkVerifiedAnnotation: "true", controller.DegradedGraceAnnotation: "1s"}, appsAB)
+	degraded := env.createStage(t, ns, "degraded", map[string]string{api.MarkVerifiedAnnotation: "true", api.DegradedGraceAnnotation: "1m"}, appsAB)
+	failed := env.createStage(t, ns, "failed", map[string]string{api.MarkVerifiedAnnotation: "true", api.DegradedGraceAnnotation: "1s"}, appsAB)
 
 	for _, c := range []struct {
 		s    *driver.Stage
@@ -156,9 +156,9 @@ func TestMarkVerifiedAfterResume(t *testing.T) {
 	}
 	// The Event follows the mark, sent on its own; once it is there and the
 	// operator idle, a second one would be there too.
-	waitEvent(t, s, controller.ReasonFreightVerified)
+	waitEvent(t, s, api.ReasonFreightVerified)
 	op.idle(t)
-	if n := env.eventCount(t, s, controller.ReasonFreightVerified); n != 1 {
+	if n := env.eventCount(t, s, api.ReasonFreightVerified); n != 1 {
 		t.Errorf("%d FreightVerified Events, want 1", n)
 	}
 }
@@ -257,7 +257,7 @@ func TestMarkVerifiedOff(t *testing.T) {
 	flagOn := fastSettings()
 	flagOn.MarkVerified = true
 	opOn := startOperatorAs(t, env.marker, on, flagOn)
-	optedOut := env.createStage(t, on, "opted-out", map[string]string{controller.MarkVerifiedAnnotation: "false"}, appsAB)
+	optedOut := env.createStage(t, on, "opted-out", map[string]string{api.MarkVerifiedAnnotation: "false"}, appsAB)
 	byFlag := env.createStage(t, on, "by-flag", nil, appsAB)
 
 	// The mark would be made before the latched record is stored: a stored
@@ -291,7 +291,7 @@ func TestMarkVerifiedForbiddenWithoutTheRight(t *testing.T) {
 	settings := fastSettings()
 	settings.PauseOnFailure = true
 	op := startOperator(t, ns, settings)
-	annotations := map[string]string{controller.MarkVerifiedAnnotation: "true", controller.DegradedGraceAnnotation: "1s"}
+	annotations := map[string]string{api.MarkVerifiedAnnotation: "true", api.DegradedGraceAnnotation: "1s"}
 	steady := env.createStage(t, ns, "steady", annotations, appsAB)
 	s := env.createStage(t, ns, "test", annotations, appsAB)
 	refusals := func(s *driver.Stage) float64 {
@@ -305,7 +305,7 @@ func TestMarkVerifiedForbiddenWithoutTheRight(t *testing.T) {
 		t.Errorf("latched record: latchedBy %q, marked %q; want Applications and none", r.LatchedBy, r.Marked)
 	}
 	for _, stage := range []*driver.Stage{steady, s} {
-		if ev := waitEvent(t, stage, controller.ReasonMarkVerifiedForbidden); ev.Type != "Warning" {
+		if ev := waitEvent(t, stage, api.ReasonMarkVerifiedForbidden); ev.Type != "Warning" {
 			t.Errorf("%s: MarkVerifiedForbidden Event type = %s, want Warning", stage.Name, ev.Type)
 		}
 		if n := refusals(stage); n != 1 {
@@ -347,15 +347,15 @@ func TestMarkVerifiedForbiddenWithoutTheRight(t *testing.T) {
 	untilRetry := time.Until(refusedAt.Add(time.Minute + waitLimit))
 	waitLong(t, "the retry on "+steady.Name, untilRetry, func() bool { return refusals(steady) >= 2 })
 	waitLong(t, "the second cycle's MarkVerifiedForbidden", untilRetry, func() bool {
-		return env.eventCount(t, s, controller.ReasonMarkVerifiedForbidden) == 2
+		return env.eventCount(t, s, api.ReasonMarkVerifiedForbidden) == 2
 	})
 	// The retries are counted in the syncs that would warn again; once the
 	// operator is idle, those syncs are over.
 	op.idle(t)
-	if n := env.eventCount(t, steady, controller.ReasonMarkVerifiedForbidden); n != 1 {
+	if n := env.eventCount(t, steady, api.ReasonMarkVerifiedForbidden); n != 1 {
 		t.Errorf("%s: %d MarkVerifiedForbidden Events in one cycle refused %v times, want 1", steady.Name, n, refusals(steady))
 	}
-	if n := env.eventCount(t, s, controller.ReasonMarkVerifiedForbidden); n != 2 {
+	if n := env.eventCount(t, s, api.ReasonMarkVerifiedForbidden); n != 2 {
 		t.Errorf("%s: %d MarkVerifiedForbidden Events for two cycles, want 2", s.Name, n)
 	}
 	if n := refusals(s); n < 2 {
@@ -436,8 +436,8 @@ func TestMarkVerifiedExactlyOnceAcrossKills(t *testing.T) {
 	t.Logf("the operator was killed %d times during %d marking cycles (%v)", kills, stageCount*cyclesPerStage, time.Since(began).Round(time.Millisecond))
 
 	for i, s := range stages {
-		events := env.stageEvents(t, s)[controller.ReasonFreightVerified]
-		if n := env.eventCount(t, s, controller.ReasonFreightVerified); n != cyclesPerStage {
+		events := env.stageEvents(t, s)[api.ReasonFreightVerified]
+		if n := env.eventCount(t, s, api.ReasonFreightVerified); n != cyclesPerStage {
 			t.Errorf("%s: %d FreightVerified Events for %d marks", s.Name, n, cyclesPerStage)
 		}
 		for _, c := range cycles[i] {

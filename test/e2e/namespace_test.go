@@ -10,7 +10,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	"github.com/kargo-latch/kargo-latch/controller"
+	"github.com/kargo-latch/kargo-latch/api"
 	"github.com/kargo-latch/kargo-latch/kargo"
 	"github.com/kargo-latch/kargo-latch/latch"
 	"github.com/kargo-latch/kargo-latch/test/driver"
@@ -29,7 +29,7 @@ func TestNamespaceDeletedMidScenario(t *testing.T) {
 	const n = 20
 	stages := make([]*driver.Stage, n)
 	for i := range stages {
-		stages[i] = env.createStage(t, ns, fmt.Sprintf("s%02d", i), map[string]string{controller.PauseOnFailureAnnotation: "true"})
+		stages[i] = env.createStage(t, ns, fmt.Sprintf("s%02d", i), map[string]string{api.PauseOnFailureAnnotation: "true"})
 		promoteAndLatch(t, stages[i])
 	}
 	must(t, createPause(env.dev, pause(ns, "hold", "s01", "Manual")))

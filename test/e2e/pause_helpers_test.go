@@ -9,8 +9,8 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/client-go/dynamic"
 
+	"github.com/kargo-latch/kargo-latch/api"
 	"github.com/kargo-latch/kargo-latch/api/v1alpha1"
-	"github.com/kargo-latch/kargo-latch/controller"
 	"github.com/kargo-latch/kargo-latch/test/cluster"
 	"github.com/kargo-latch/kargo-latch/test/driver"
 )
@@ -70,7 +70,7 @@ func isPaused(s *driver.Stage) (bool, error) {
 	if err != nil {
 		return false, err
 	}
-	return u.GetLabels()[controller.PausedLabel] == "true", nil
+	return u.GetLabels()[api.PausedLabel] == "true", nil
 }
 
 func waitPaused(t *testing.T, s *driver.Stage, want bool) {

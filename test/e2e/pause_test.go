@@ -14,8 +14,8 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/types"
 
+	"github.com/kargo-latch/kargo-latch/api"
 	"github.com/kargo-latch/kargo-latch/api/v1alpha1"
-	"github.com/kargo-latch/kargo-latch/controller"
 	"github.com/kargo-latch/kargo-latch/kargo"
 	"github.com/kargo-latch/kargo-latch/latch"
 	"github.com/kargo-latch/kargo-latch/test/driver"
@@ -25,7 +25,7 @@ func TestFailurePausesAndTheGateHolds(t *testing.T) {
 	t.Parallel()
 	ns := env.newProject(t)
 	op := startOperator(t, ns, fastSettings())
-	prod := env.createStage(t, ns, "prod", map[string]string{controller.PauseOnFailureAnnotation: "true"})
+	prod := env.createStage(t, ns, "prod", map[string]string{api.PauseOnFailureAnnotation: "true"})
 	qa := env.createStage(t, ns, "qa", nil)
 	promoteAndLatch(t, prod)
 
@@ -58,8 +58,8 @@ func TestFailurePausesAndTheGateHolds(t *testing.T) {
 		t.Errorf("auto-promotion to another Stage was refused: %v", err)
 	}
 	// The Event is made beside the label's patch, not before it.
-	waitEvent(t, prod, controller.ReasonStagePaused)
-	if n := env.eventCount(t, prod, controller.ReasonStagePaused); n != 1 {
+	waitEvent(t, prod, api.ReasonStagePaused)
+	if n := env.eventCount(t, prod, api.ReasonStagePaused); n != 1 {
 		t.Errorf("%d StagePaused Events, want 1", n)
 	}
 	if got := op.metric("kargo_latch_pauses_total", "stage", "prod", "reason", "PromotionFailed"); got != 1 {
@@ -76,7 +76,7 @@ func TestFailurePausesAndTheGateHolds(t *testing.T) {
 	if refresh := u.GetAnnotations()[kargo.RefreshAnnotation]; refresh == "" || refresh == refreshBefore {
 		t.Errorf("refresh annotation %q after resume (was %q), want a new token", refresh, refreshBefore)
 	}
-	waitEvent(t, prod, controller.ReasonStageResumed)
+	waitEvent(t, prod, api.ReasonStageResumed)
 	waitGate(t, ns, "prod", false)
 	// The sync that removed the label handled the resume; once the
 	// operator is idle, any sync after it is over too.
@@ -306,7 +306,7 @@ func waitAllLabels(t *testing.T, ns string, want int, _ bool) int {
 	t.Helper()
 	var got int
 	waitFor(t, "paused labels", func() bool {
-		l, err := env.dyn.Resource(kargo.StagesResource).Namespace(ns).List(context.Background(), metav1.ListOptions{LabelSelector: controller.PausedLabel + "=true"})
+		l, err := env.dyn.Resource(kargo.StagesResource).Namespace(ns).List(context.Background(), metav1.ListOptions{LabelSelector: api.PausedLabel + "=true"})
 		must(t, err)
 		got = len(l.Items)
 		return got == want
@@ -370,7 +370,7 @@ func TestPauseBadInput(t *testing.T) {
 	_, err := env.dyn.Resource(kargo.StagesResource).Namespace(ns).Patch(ctx, "later", types.MergePatchType, []byte(`{"metadata":{"labels":{"kargo-latch.io/paused":null}}}`), metav1.PatchOptions{})
 	must(t, err)
 	waitPaused(t, later, true)
-	waitEvent(t, later, controller.ReasonPauseLabelRestored)
+	waitEvent(t, later, api.ReasonPauseLabelRestored)
 }
 
 func pauseCondition(t *testing.T, ns, name string) string {

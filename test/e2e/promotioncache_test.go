@@ -11,6 +11,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/dynamic"
 
+	"github.com/kargo-latch/kargo-latch/api"
 	"github.com/kargo-latch/kargo-latch/api/v1alpha1"
 	"github.com/kargo-latch/kargo-latch/controller"
 	"github.com/kargo-latch/kargo-latch/latch"
@@ -101,7 +102,7 @@ func TestPromotionCacheHoldsOnlyUnfinished(t *testing.T) {
 	var tableLists atomic.Int64
 	settings := latch.Settings{LatchDeadline: time.Minute, DegradedGrace: time.Minute, DrainOnPause: true}
 	op := startOperatorWith(t, env.operator, ns, settings, refusing(countTableLists(&tableLists)))
-	ev := waitEvent(t, prod, controller.ReasonGateBypassed)
+	ev := waitEvent(t, prod, api.ReasonGateBypassed)
 	if ev.Related == nil || ev.Related.Name != bypass {
 		t.Errorf("GateBypassed about %+v, want the finished bypass %s", ev.Related, bypass)
 	}

@@ -5,7 +5,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/kargo-latch/kargo-latch/controller"
+	"github.com/kargo-latch/kargo-latch/api"
 	"github.com/kargo-latch/kargo-latch/latch"
 )
 
@@ -16,7 +16,7 @@ import (
 func TestRecordlessStageFailures(t *testing.T) {
 	t.Parallel()
 	ns := env.newProject(t)
-	onFailure := map[string]string{controller.PauseOnFailureAnnotation: "true"}
+	onFailure := map[string]string{api.PauseOnFailureAnnotation: "true"}
 	fresh := env.createStage(t, ns, "fresh", onFailure)
 	_, err := fresh.FinishPromotion(ctx, "Failed")
 	must(t, err)
@@ -41,7 +41,7 @@ func TestRecordlessStageFailures(t *testing.T) {
 	if n := len(env.listPauses(t, ns)); n != 1 {
 		t.Errorf("%d StagePauses, want exactly 1 (the fresh failure's)", n)
 	}
-	if n := env.eventCount(t, fresh, controller.ReasonStagePaused); n != 1 {
+	if n := env.eventCount(t, fresh, api.ReasonStagePaused); n != 1 {
 		t.Errorf("%d StagePaused Events on the fresh Stage, want 1", n)
 	}
 }

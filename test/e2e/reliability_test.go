@@ -15,7 +15,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 
-	"github.com/kargo-latch/kargo-latch/controller"
+	"github.com/kargo-latch/kargo-latch/api"
 	"github.com/kargo-latch/kargo-latch/kargo"
 	"github.com/kargo-latch/kargo-latch/latch"
 	"github.com/kargo-latch/kargo-latch/test/driver"
@@ -242,7 +242,7 @@ func reliabilityScenario(t *testing.T, w *world, ns, wideNS string, last *proces
 		if kind == kindFlapper {
 			wantEvents = 0
 		}
-		if got := w.eventCount(t, s, controller.ReasonStagePaused); got != wantEvents {
+		if got := w.eventCount(t, s, api.ReasonStagePaused); got != wantEvents {
 			badEvents++
 			t.Errorf("%s (kind %d): %d StagePaused Events, want %d", s.Name, kind, got, wantEvents)
 		}
@@ -252,7 +252,7 @@ func reliabilityScenario(t *testing.T, w *world, ns, wideNS string, last *proces
 			spurious++
 			t.Errorf("%s still paused after the project-wide resume", s.Name)
 		}
-		if got := w.eventCount(t, s, controller.ReasonStagePaused); got != 1 {
+		if got := w.eventCount(t, s, api.ReasonStagePaused); got != 1 {
 			badEvents++
 			t.Errorf("%s: %d StagePaused Events for one project-wide pause, want 1", s.Name, got)
 		}
@@ -296,7 +296,7 @@ func (w *world) waitPausedEvents(t *testing.T, stages, wideStages []*driver.Stag
 	for time.Now().Before(deadline) {
 		got := map[string]int{}
 		for ns := range namespaces {
-			list, err := w.kube.CoreV1().Events(ns).List(context.Background(), metav1.ListOptions{FieldSelector: "reason=" + controller.ReasonStagePaused})
+			list, err := w.kube.CoreV1().Events(ns).List(context.Background(), metav1.ListOptions{FieldSelector: "reason=" + api.ReasonStagePaused})
 			must(t, err)
 			for _, e := range list.Items {
 				got[ns+"/"+e.InvolvedObject.Name]++

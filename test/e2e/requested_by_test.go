@@ -13,7 +13,7 @@ import (
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/rest"
 
-	"github.com/kargo-latch/kargo-latch/controller"
+	"github.com/kargo-latch/kargo-latch/api"
 	"github.com/kargo-latch/kargo-latch/kargo"
 	"github.com/kargo-latch/kargo-latch/test/driver"
 )
@@ -88,7 +88,7 @@ func waitMarked(t *testing.T, ns string) {
 		if err != nil && !apierrors.IsServiceUnavailable(err) {
 			t.Fatalf("a person's Promotion to the paused Stage %s/prod: %v", ns, err)
 		}
-		return err == nil && p.GetAnnotations()[controller.RequestedByAnnotation] == "dev"
+		return err == nil && p.GetAnnotations()[api.RequestedByAnnotation] == "dev"
 	})
 }
 
@@ -108,7 +108,7 @@ func personPromotion(ns, stage string, annotations map[string]any) *unstructured
 
 // markOf is the requester mark of an object, and whether it has one.
 func markOf(o *unstructured.Unstructured) (string, bool) {
-	by, ok := o.GetAnnotations()[controller.RequestedByAnnotation]
+	by, ok := o.GetAnnotations()[api.RequestedByAnnotation]
 	return by, ok
 }
 
@@ -153,7 +153,7 @@ func TestRequestedByMarksEveryPromotionUnderAPause(t *testing.T) {
 	p, err = driver.CreatePromotion(ctx, env.dev, ns, "prod", "kubernetes:dev")
 	check("a person's Promotion to the paused Stage as Kargo's webhook leaves it", p, err, "dev")
 	p, err = env.dev.Resource(kargo.PromotionsResource).Namespace(ns).Create(ctx,
-		personPromotion(ns, "prod", map[string]any{controller.RequestedByAnnotation: kargoShardUser}), metav1.CreateOptions{})
+		personPromotion(ns, "prod", map[string]any{api.RequestedByAnnotation: kargoShardUser}), metav1.CreateOptions{})
 	check("a person's Promotion to the paused Stage that names another requester", p, err, "dev")
 
 	p, err = driver.CreatePromotion(ctx, env.kargoShard, ns, "dev", "")
@@ -192,7 +192,7 @@ func TestRequestedByCannotBeChanged(t *testing.T) {
 		t.Fatalf("the Promotion to the paused Stage is marked requested-by %q, want dev (the test needs it)", by)
 	}
 	mark := func(value any) string {
-		return `{"metadata":{"annotations":{"` + controller.RequestedByAnnotation + `":` + jsonValue(value) + `}}}`
+		return `{"metadata":{"annotations":{"` + api.RequestedByAnnotation + `":` + jsonValue(value) + `}}}`
 	}
 	// The guard is a policy of its own, which the API server may load a
 	// moment after the mark.

@@ -12,8 +12,8 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/dynamic"
 
+	"github.com/kargo-latch/kargo-latch/api"
 	"github.com/kargo-latch/kargo-latch/api/v1alpha1"
-	"github.com/kargo-latch/kargo-latch/controller"
 	"github.com/kargo-latch/kargo-latch/kargo"
 	"github.com/kargo-latch/kargo-latch/latch"
 	"github.com/kargo-latch/kargo-latch/test/driver"
@@ -28,7 +28,7 @@ func TestResumeIsNeverUndoneByAFailingStore(t *testing.T) {
 	t.Parallel()
 	ns := env.newProject(t)
 	op := startOperator(t, ns, fastSettings())
-	prod := env.createStage(t, ns, "prod", map[string]string{controller.PauseOnFailureAnnotation: "true"})
+	prod := env.createStage(t, ns, "prod", map[string]string{api.PauseOnFailureAnnotation: "true"})
 	promoteAndLatch(t, prod)
 
 	lift := denyOperatorStageWrites(t, ns, prod)
@@ -48,7 +48,7 @@ func TestResumeIsNeverUndoneAcrossACrash(t *testing.T) {
 	ns := env.newProject(t)
 	op := newMeteredProcess(t, env.operator, "--namespace", ns, "--latch-deadline", "1m", "--health-probe-bind-address", "0", "-v", "2")
 	op.start()
-	prod := env.createStage(t, ns, "prod", map[string]string{controller.PauseOnFailureAnnotation: "true"})
+	prod := env.createStage(t, ns, "prod", map[string]string{api.PauseOnFailureAnnotation: "true"})
 	promoteAndLatch(t, prod)
 
 	lift := denyOperatorStageWrites(t, ns, prod)
@@ -126,7 +126,7 @@ func checkResumedForGood(t *testing.T, ns string, prod *driver.Stage, x string) 
 	if paused(t, prod) {
 		t.Error("the Stage is labeled paused after the resume")
 	}
-	waitEvent(t, prod, controller.ReasonStageResumed)
+	waitEvent(t, prod, api.ReasonStageResumed)
 	u, err := prod.Get(ctx)
 	must(t, err)
 	if u.GetAnnotations()[kargo.RefreshAnnotation] == "" {

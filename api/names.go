@@ -1,4 +1,8 @@
-package controller
+// Package api names kargo-latch's marks on Kargo objects and its Events:
+// the annotations and labels it reads and writes, its field manager, and
+// its Event reasons (the contract's "Per-Stage settings", "Operator-owned
+// marks" and "Events"). The StagePause kind is api/v1alpha1.
+package api
 
 import "github.com/kargo-latch/kargo-latch/kargo"
 
@@ -45,3 +49,21 @@ const (
 	ReasonMarkVerifiedForbidden = "MarkVerifiedForbidden"
 	ReasonTooManyApps           = "TooManyApplications"
 )
+
+// ReasonGateBypassed is the Warning on a Stage when an auto-promotion to it
+// was created while a StagePause covered it: the pause gate did not stop it.
+const ReasonGateBypassed = "GateBypassed"
+
+// RequestedByAnnotation is on every Promotion (and PromotionRequest)
+// created while a pause covered its Stage, with the username that created
+// it, where the opt-in requested-by component is installed: the API server
+// stamps it (the MutatingAdmissionPolicy kargo-latch-requested-by),
+// overwriting any value the creator gave, and refuses any later change.
+// The operator trusts it only on a Promotion it judges created under a
+// pause, the only ones the policy covers; on one made where the component
+// is not installed, a value could be anyone's.
+const RequestedByAnnotation = "kargo-latch.io/requested-by"
+
+// ReasonPauseStatusContested is the Warning on a StagePause whose status
+// another writer keeps undoing this operator's count in.
+const ReasonPauseStatusContested = "PauseStatusContested"
