@@ -26,6 +26,7 @@ import (
 
 	"github.com/kargo-latch/kargo-latch/api"
 	"github.com/kargo-latch/kargo-latch/api/v1alpha1"
+	"github.com/kargo-latch/kargo-latch/controller/report"
 	"github.com/kargo-latch/kargo-latch/kargo"
 	"github.com/kargo-latch/kargo-latch/latch"
 	"github.com/kargo-latch/kargo-latch/metrics"
@@ -146,7 +147,7 @@ func TestRestartedReplicaDoesNotAnnounceTwice(t *testing.T) {
 		f := newFixtureWith(t, false, func(f *fixture) {
 			s := kargo.StageFromUnstructured(stage)
 			p := &v1alpha1.StagePause{ObjectMeta: metav1.ObjectMeta{Name: "hold", UID: "pause-uid"}}
-			existing = &corev1.Event{ObjectMeta: metav1.ObjectMeta{Name: eventName(s, "paused", string(p.UID)+"\x00"+p.Name), Namespace: "shop"}, Reason: api.ReasonStagePaused}
+			existing = &corev1.Event{ObjectMeta: metav1.ObjectMeta{Name: report.OnceName(s, "paused", string(p.UID)+"\x00"+p.Name), Namespace: "shop"}, Reason: api.ReasonStagePaused}
 			if _, err := f.kube.CoreV1().Events("shop").Create(context.Background(), existing, metav1.CreateOptions{}); err != nil {
 				t.Fatal(err)
 			}

@@ -12,14 +12,11 @@ import (
 	"sync/atomic"
 	"time"
 
-	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/kubernetes/scheme"
-	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/record"
@@ -27,8 +24,8 @@ import (
 	"k8s.io/klog/v2"
 	"k8s.io/utils/clock"
 
-	"github.com/kargo-latch/kargo-latch/api"
 	"github.com/kargo-latch/kargo-latch/api/v1alpha1"
+	"github.com/kargo-latch/kargo-latch/controller/report"
 	"github.com/kargo-latch/kargo-latch/kargo"
 	"github.com/kargo-latch/kargo-latch/latch"
 	"github.com/kargo-latch/kargo-latch/metrics"
@@ -90,9 +87,9 @@ type Controller struct {
 	clock clock.WithTicker
 	// work holds the queues of the current leadership term; nil while this
 	// replica does not lead, when events are not queued at all.
-	work     atomic.Pointer[workQueues]
-	recorder record.EventRecorder
-	memos    *memos
+	work   atomic.Pointer[workQueues]
+	report *report.Reporter
+	memos  *memos
 	// pauseLists shares a project-wide pause's live read of Promotions
 	// among the drains of its Stages.
 	pauseLists pauseLists
@@ -156,8 +153,8 @@ func New(cfg Config) (*Controller, error) {
 	c := &Controller{
 		cfg:                cfg,
 		clock:              cfg.Clock,
-		recorder:           cfg.Recorder,
 		memos:              newMemos(),
+		report:             report.New(cfg.Kube, cfg.Recorder, cfg.Clock),
 		selectors:          shardSelectors(cfg.Shard, cfg.DefaultShard),
 		bypass:             newBypassWatch(),
 		stageInformers:     map[string][]cache.SharedIndexInformer{},
@@ -278,13 +275,7 @@ func (c *Controller) Run(ctx context.Context) error {
 // replica calls only Start, so that it is ready to take over with warm
 // caches; the leader then calls RunWorkers.
 func (c *Controller) Start(ctx context.Context) error {
-	if c.recorder == nil {
-		broadcaster := record.NewBroadcaster(record.WithContext(ctx))
-		broadcaster.StartStructuredLogging(4)
-		broadcaster.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: c.cfg.Kube.CoreV1().Events("")})
-		go func() { <-ctx.Done(); broadcaster.Shutdown() }()
-		c.recorder = broadcaster.NewRecorder(scheme.Scheme, corev1.EventSource{Component: api.FieldManager})
-	}
+	c.report.Start(ctx)
 	c.bypass.stopWhen(ctx.Done())
 	for _, inf := range c.informers {
 		go inf.RunWithContext(ctx)

@@ -184,7 +184,7 @@ func (c *Controller) drain(ctx context.Context, stage *kargo.Stage, pause *v1alp
 	slices.Sort(drained)
 	if c.cfg.DryRun {
 		klog.FromContext(ctx).Info("Dry run: would abort queued auto-promotions", "pause", pause.Name, "promotions", drained)
-		c.event(stage, corev1.EventTypeNormal, api.ReasonPromotionDrained,
+		c.report.Event(stage, corev1.EventTypeNormal, api.ReasonPromotionDrained,
 			fmt.Sprintf("Dry run: would abort %d queued auto-promotion(s) as StagePause %s takes effect: %s", len(drained), pause.Name, strings.Join(drained, ", ")))
 		return nil
 	}
@@ -194,7 +194,7 @@ func (c *Controller) drain(ctx context.Context, stage *kargo.Stage, pause *v1alp
 		// it. Until then, the abort's mark keeps them owed (drainFor).
 		return err
 	}
-	c.event(stage, corev1.EventTypeNormal, api.ReasonPromotionDrained,
+	c.report.Event(stage, corev1.EventTypeNormal, api.ReasonPromotionDrained,
 		fmt.Sprintf("Aborted %d queued auto-promotion(s) as StagePause %s took effect: %s", len(added), pause.Name, strings.Join(added, ", ")))
 	return nil
 }

@@ -14,6 +14,7 @@ import (
 
 	"github.com/kargo-latch/kargo-latch/api"
 	"github.com/kargo-latch/kargo-latch/api/v1alpha1"
+	"github.com/kargo-latch/kargo-latch/controller/report"
 	"github.com/kargo-latch/kargo-latch/kargo"
 	"github.com/kargo-latch/kargo-latch/latch"
 )
@@ -24,7 +25,7 @@ func (c *Controller) reportDryRunPauses(ctx context.Context, stage *kargo.Stage,
 	for _, a := range res.Actions {
 		if a.Kind == latch.ActionCreatePause {
 			klog.FromContext(ctx).Info("Dry run: would create a StagePause", "pause", a.Pause, "reason", a.Reason)
-			c.event(stage, corev1.EventTypeWarning, api.ReasonStagePaused, fmt.Sprintf("Dry run: would create StagePause %s (reason %s): %s", a.Pause, a.Reason, truncate(a.Message, 512)))
+			c.report.Event(stage, corev1.EventTypeWarning, api.ReasonStagePaused, fmt.Sprintf("Dry run: would create StagePause %s (reason %s): %s", a.Pause, a.Reason, report.Truncate(a.Message, 512)))
 		}
 	}
 }
@@ -116,8 +117,8 @@ func (c *Controller) pausedEvent(ctx context.Context, stage *kargo.Stage, mark l
 	if p != nil {
 		msg = fmt.Sprintf("Paused by StagePause %s (reason %s)", p.Name, p.EffectiveReason())
 		if p.Spec.Message != "" {
-			msg += ": " + truncate(p.Spec.Message, 1024)
+			msg += ": " + report.Truncate(p.Spec.Message, 1024)
 		}
 	}
-	return c.eventOnce(ctx, stage, eventName(stage, "paused", mark.UID+"\x00"+mark.Name), corev1.EventTypeWarning, api.ReasonStagePaused, msg)
+	return c.report.Once(ctx, stage, report.OnceName(stage, "paused", mark.UID+"\x00"+mark.Name), corev1.EventTypeWarning, api.ReasonStagePaused, msg)
 }

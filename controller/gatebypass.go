@@ -18,6 +18,7 @@ import (
 
 	"github.com/kargo-latch/kargo-latch/api"
 	"github.com/kargo-latch/kargo-latch/api/v1alpha1"
+	"github.com/kargo-latch/kargo-latch/controller/report"
 	"github.com/kargo-latch/kargo-latch/kargo"
 )
 
@@ -288,7 +289,7 @@ func (c *Controller) reportGateBypass(ctx context.Context, p *kargo.Promotion, p
 			APIVersion: kargo.GroupVersion.String(), Kind: "Promotion",
 			Namespace: p.Namespace, Name: p.Name, UID: p.UID,
 		},
-		Reason: api.ReasonGateBypassed, Message: truncate(msg, 1024), Type: corev1.EventTypeWarning,
+		Reason: api.ReasonGateBypassed, Message: report.Truncate(msg, 1024), Type: corev1.EventTypeWarning,
 		Source:         corev1.EventSource{Component: api.FieldManager},
 		FirstTimestamp: now, LastTimestamp: now, Count: 1,
 	}
@@ -323,7 +324,7 @@ func gateBypassMessage(p *kargo.Promotion, pauses []*v1alpha1.StagePause) string
 		"Helm pauseGate.requestedBy.enabled or kustomize components/requested-by, Kubernetes 1.36+)",
 		"if one of Kargo's controllers (a shard?) runs as an identity it does not name, add that username"
 	if user := p.Annotations[api.RequestedByAnnotation]; user != "" {
-		who, advice = truncate(user, maxRequesterShown), "if that user is one of Kargo's (a shard?), add it"
+		who, advice = report.Truncate(user, maxRequesterShown), "if that user is one of Kargo's (a shard?), add it"
 	}
 	return fmt.Sprintf("Auto-promotion %s, created at %s by %s, passed the pause gate although StagePause %s covered the Stage. "+
 		"The gate refuses only those Kargo controllers its setting names: "+
@@ -331,7 +332,7 @@ func gateBypassMessage(p *kargo.Promotion, pauses []*v1alpha1.StagePause) string
 		"or to the kustomize ConfigMap kargo-latch-kargo-controllers (usernames, regex). "+
 		"If it is named there already, check that the pause gate's ValidatingAdmissionPolicy and binding "+
 		"(kargo-latch-pause-gate in a default install) are installed. Runbook KargoLatchGateBypassed",
-		truncate(p.Name, 100), p.CreationTimestamp.UTC().Format(time.RFC3339), who, truncate(strings.Join(names, ", "), 120), advice)
+		report.Truncate(p.Name, 100), p.CreationTimestamp.UTC().Format(time.RFC3339), who, report.Truncate(strings.Join(names, ", "), 120), advice)
 }
 
 // maxRequesterShown bounds the username a GateBypassed message shows, so

@@ -38,7 +38,7 @@ func (c *Controller) recordOf(ctx context.Context, key cache.ObjectName, stage *
 	// that reports the Stage's record as garbage too.
 	if copyDigest := (stateDigest{known: true, sum: stage.State.Hash(digestSeed)}); m.unreadableCopy != copyDigest {
 		m.unreadableCopy = copyDigest
-		c.warn(stage, api.ReasonInvalidState, "kargo-latch cannot read its cached copy of the %s annotation (%v); it reads the Stage from the API server instead, and writes over no record it cannot read. This is a bug in kargo-latch: please report it", api.StateAnnotation, err)
+		c.report.Warn(stage, api.ReasonInvalidState, "kargo-latch cannot read its cached copy of the %s annotation (%v); it reads the Stage from the API server instead, and writes over no record it cannot read. This is a bug in kargo-latch: please report it", api.StateAnnotation, err)
 		if live == nil || liveErr != nil || !c.reportsGarbage(value, m) {
 			c.cfg.Metrics.InvalidInput.WithLabelValues(stage.Namespace, stage.Name, "state").Inc()
 		}
@@ -136,7 +136,7 @@ func (c *Controller) storeWithoutGarbage(ctx context.Context, stage *kargo.Stage
 	if err != nil {
 		return nil, err
 	}
-	c.warn(stage, api.ReasonInvalidState, "The garbage %s record (%d bytes, sha256 %s) could not be kept in the %s annotation: the Stage's other annotations leave no room for it (%v). The fresh record is stored without it, and the garbage is lost",
+	c.report.Warn(stage, api.ReasonInvalidState, "The garbage %s record (%d bytes, sha256 %s) could not be kept in the %s annotation: the Stage's other annotations leave no room for it (%v). The fresh record is stored without it, and the garbage is lost",
 		api.StateAnnotation, len(garbage), sha256Hex(garbage), kargo.InvalidStateAnnotation, refused)
 	return stored, nil
 }

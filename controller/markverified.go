@@ -16,6 +16,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/kargo-latch/kargo-latch/api"
+	"github.com/kargo-latch/kargo-latch/controller/report"
 	"github.com/kargo-latch/kargo-latch/kargo"
 	"github.com/kargo-latch/kargo-latch/latch"
 )
@@ -134,7 +135,7 @@ func (c *Controller) markVerified(ctx context.Context, stage *kargo.Stage, rec l
 			c.cfg.Metrics.FreightVerified.WithLabelValues(stage.Namespace, stage.Name).Inc()
 		}
 		msg := fmt.Sprintf("Marked Freight %s verified in Stage %s at %s: %s", name, stage.Name, verifiedAt, a.Message)
-		if err := c.eventOnce(ctx, stage, eventName(stage, "verified", rec.Cycle()+"\x00"+name), corev1.EventTypeNormal, api.ReasonFreightVerified, msg); err != nil {
+		if err := c.report.Once(ctx, stage, report.OnceName(stage, "verified", rec.Cycle()+"\x00"+name), corev1.EventTypeNormal, api.ReasonFreightVerified, msg); err != nil {
 			return err
 		}
 	}
@@ -189,7 +190,7 @@ func (c *Controller) markFailed(ctx context.Context, stage *kargo.Stage, m *memo
 	c.cfg.Metrics.MarkVerifiedErrors.WithLabelValues(stage.Namespace, stage.Name).Inc()
 	m.markRetryAt = now.Add(markRetryAfter)
 	if warnOnce(&m.markForbiddenCycle, rec.Cycle()) {
-		c.warn(stage, api.ReasonMarkVerifiedForbidden,
+		c.report.Warn(stage, api.ReasonMarkVerifiedForbidden,
 			"mark-verified is on, but kargo-latch may not mark Freight verified (%v); install the mark-verified component (manifests/components/mark-verified) or turn %s off. The latch and pauses are not affected; kargo-latch tries again every %s",
 			err, api.MarkVerifiedAnnotation, markRetryAfter)
 	}
@@ -213,7 +214,7 @@ func (c *Controller) reportDryRunMark(ctx context.Context, stage *kargo.Stage, a
 		return
 	}
 	klog.FromContext(ctx).Info("Dry run: would mark Freight verified in the Stage", "freight", would, "verifiedAt", a.VerifiedAt)
-	c.event(stage, corev1.EventTypeNormal, api.ReasonFreightVerified,
+	c.report.Event(stage, corev1.EventTypeNormal, api.ReasonFreightVerified,
 		fmt.Sprintf("Dry run: would mark Freight %s verified in Stage %s: %s", strings.Join(would, ", "), stage.Name, a.Message))
 }
 

@@ -103,7 +103,7 @@ func (c *Controller) reportContested(ctx context.Context, p *v1alpha1.StagePause
 		"pause", klog.KRef(p.Namespace, p.Name), "key", key, "undos", undos, "heldFor", held)
 	// One message per key, so that the Events aggregate into one.
 	ref := &corev1.ObjectReference{APIVersion: v1alpha1.GroupVersion.String(), Kind: "StagePause", Namespace: p.Namespace, Name: p.Name, UID: p.UID}
-	c.recorder.Eventf(ref, corev1.EventTypeWarning, api.ReasonPauseStatusContested,
+	c.report.WarnAbout(ref, api.ReasonPauseStatusContested,
 		"Another writer keeps removing or changing this operator's count %q in status.shards, each time within %v of its write: "+
 			"most likely a kargo-latch built before shards, which removes status.shards whenever it writes. "+
 			"Run this version unsharded first (README, Moving to shards, step 1). Until then this operator writes this status at most every %v.",

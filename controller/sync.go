@@ -215,7 +215,7 @@ func (c *Controller) leftAlone(stage *kargo.Stage, value string, m *memo) bool {
 		return false
 	}
 	if warnOnce(&m.badState, value) {
-		c.warn(stage, api.ReasonNewerState, "Leaving the Stage alone: its %s annotation was written by a newer kargo-latch (%v); run that version, or delete the annotation to start over", api.StateAnnotation, newer)
+		c.report.Warn(stage, api.ReasonNewerState, "Leaving the Stage alone: its %s annotation was written by a newer kargo-latch (%v); run that version, or delete the annotation to start over", api.StateAnnotation, newer)
 		c.cfg.Metrics.InvalidInput.WithLabelValues(stage.Namespace, stage.Name, "state_version").Inc()
 	}
 	return true
@@ -232,7 +232,7 @@ func (c *Controller) priorRecord(stage *kargo.Stage, value string, m *memo) latc
 	r, err := latch.Decode(value)
 	if err != nil {
 		if warnOnce(&m.badState, value) {
-			c.warn(stage, api.ReasonInvalidState, "Ignoring the %s annotation and starting over from the Stage's status (%v); %s",
+			c.report.Warn(stage, api.ReasonInvalidState, "Ignoring the %s annotation and starting over from the Stage's status (%v); %s",
 				api.StateAnnotation, err, c.garbageReport(value))
 			c.cfg.Metrics.InvalidInput.WithLabelValues(stage.Namespace, stage.Name, "state").Inc()
 		}
@@ -338,7 +338,7 @@ func (c *Controller) checkStatus(stage *kargo.Stage, m *memo, now time.Time) tim
 	}
 	if !m.statusMissing {
 		m.statusMissing = true
-		c.warn(stage, api.ReasonStatusMissing, "Stage has no status %s after its creation: Kargo has not reconciled it; kargo-latch keeps it Idle", c.cfg.StatusMissingAfter)
+		c.report.Warn(stage, api.ReasonStatusMissing, "Stage has no status %s after its creation: Kargo has not reconciled it; kargo-latch keeps it Idle", c.cfg.StatusMissingAfter)
 		c.cfg.Metrics.InvalidInput.WithLabelValues(stage.Namespace, stage.Name, "status").Inc()
 	}
 	return 0

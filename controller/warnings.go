@@ -13,7 +13,7 @@ import (
 // reportConfig warns once per new invalid-settings message.
 func (c *Controller) reportConfig(stage *kargo.Stage, m *memo, problem string) {
 	if warnOnce(&m.configProblem, problem) {
-		c.warn(stage, api.ReasonInvalidConfig, "Invalid setting: %s", problem)
+		c.report.Warn(stage, api.ReasonInvalidConfig, "Invalid setting: %s", problem)
 		c.cfg.Metrics.InvalidConfig.WithLabelValues(stage.Namespace, stage.Name).Inc()
 	}
 }
@@ -21,7 +21,7 @@ func (c *Controller) reportConfig(stage *kargo.Stage, m *memo, problem string) {
 // reportHealth warns once per new health string Kargo does not define.
 func (c *Controller) reportHealth(stage *kargo.Stage, m *memo, unknown string) {
 	if warnOnce(&m.badHealth, unknown) {
-		c.warn(stage, api.ReasonUnknownHealth, "Stage health %q is not one Kargo defines; the latch holds its phase until Kargo reports a known health", unknown)
+		c.report.Warn(stage, api.ReasonUnknownHealth, "Stage health %q is not one Kargo defines; the latch holds its phase until Kargo reports a known health", unknown)
 		c.cfg.Metrics.InvalidInput.WithLabelValues(stage.Namespace, stage.Name, "health").Inc()
 	}
 }
@@ -31,7 +31,7 @@ func (c *Controller) reportHealth(stage *kargo.Stage, m *memo, unknown string) {
 func (c *Controller) reportApps(stage *kargo.Stage, m *memo, apps int) {
 	tooMany := apps > latch.MaxApps
 	if tooMany && !m.tooManyApps {
-		c.warn(stage, api.ReasonTooManyApps, "Stage lists more than %d Applications in its health output; kargo-latch latches it on the Stage's aggregate health alone", latch.MaxApps)
+		c.report.Warn(stage, api.ReasonTooManyApps, "Stage lists more than %d Applications in its health output; kargo-latch latches it on the Stage's aggregate health alone", latch.MaxApps)
 		c.cfg.Metrics.InvalidInput.WithLabelValues(stage.Namespace, stage.Name, "apps").Inc()
 	}
 	m.tooManyApps = tooMany
@@ -48,5 +48,5 @@ func warnOnce(last *string, value string) bool {
 }
 
 func (c *Controller) warn(stage *kargo.Stage, reason, format string, args ...any) {
-	c.event(stage, corev1.EventTypeWarning, reason, fmt.Sprintf(format, args...))
+	c.report.Event(stage, corev1.EventTypeWarning, reason, fmt.Sprintf(format, args...))
 }
