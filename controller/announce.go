@@ -33,14 +33,15 @@ type announcement struct {
 
 // owedAnnouncement says which StagePaused Event, if any, the sync must make
 // along with the record it is about to store.
-func (c *Controller) owedAnnouncement(stage *kargo.Stage, value string, m *memo, pauses []*v1alpha1.StagePause, res latch.Result) *announcement {
-	if c.cfg.DryRun {
+func owedAnnouncement(s *snapshot, res latch.Result) *announcement {
+	if s.dryRun {
 		return nil
 	}
+	m := s.memo
 	mark := res.Record.PausedBy
 	if mark == nil && hasAction(res, latch.ActionResumed) {
 		// The pause that paused the Stage may be owed its Event still.
-		mark = c.priorRecord(stage, value, m).PausedBy
+		mark = s.prior.PausedBy
 	}
 	if mark == nil && m.owed != nil {
 		// Refused before, and the record that named it is gone since (the
@@ -51,10 +52,10 @@ func (c *Controller) owedAnnouncement(stage *kargo.Stage, value string, m *memo,
 		return nil
 	}
 	var p *v1alpha1.StagePause
-	if q := pauseNamed(pauses, mark.Name); q != nil && string(q.UID) == mark.UID {
+	if q := pauseNamed(s.pauses, mark.Name); q != nil && string(q.UID) == mark.UID {
 		p = q
 	}
-	if !hasAction(res, latch.ActionPaused) && c.clock.Since(mark.At) > announceWithin {
+	if !hasAction(res, latch.ActionPaused) && s.now.Sub(mark.At) > announceWithin {
 		return nil
 	}
 	return &announcement{mark: *mark, pause: p}

@@ -143,3 +143,12 @@ func pausesInForce(pauses []*v1alpha1.StagePause) []*v1alpha1.StagePause {
 	sortPauses(out)
 	return out
 }
+
+// phaseNames are the phases the stage_phase gauge exports.
+var phaseNames = func() []string {
+	names := make([]string, len(latch.Phases))
+	for i, p := range latch.Phases {
+		names[i] = string(p)
+	}
+	return names
+}()

@@ -20,26 +20,57 @@ import (
 	"github.com/kargo-latch/kargo-latch/latch"
 )
 
-// drainAlong drains the queued auto-promotions of a Stage becoming paused,
-// when asked to, concurrently with the caller's store of the record that
-// says it is paused; the returned function waits for it. The drain's live
-// read and its aborts would otherwise stand between a failure and the
-// Stage's label: a pause would cost three round trips to the API server
-// instead of two (the StagePause, then the label). Either order survives a
-// crash or a refused write: the drain is idempotent, so a sync whose store
-// failed repeats it; a record stored without its drain is a paused Stage,
-// whose syncs read live again until a live drain succeeds (a refused read
-// or abort), or, after a restart, drain every queued auto-promotion the
-// cache shows, which is all of them once its list is read.
-// (A failure's pause is made before either, in syncStage; the StagePaused
-// Event beside the store, in announce.)
-func (c *Controller) drainAlong(ctx context.Context, stage *kargo.Stage, m *memo, settings latch.Settings, pauses []*v1alpha1.StagePause, res latch.Result) (wait func() error) {
-	drain, live := c.drainFor(ctx, stage, m, settings, pauses, res)
-	if drain == nil {
+// drainOwed says what drain a sync owes, if any. A Stage becoming paused,
+// or whose live drain failed before, is drained from a live read of its
+// Promotions; a Stage paused already, of what the cache shows: an
+// auto-promotion queued and not yet asked to abort (an API server may admit
+// one a moment after the pause, before its gate's own view of the pauses
+// has it, or a Kargo running under an ungated identity may make one: see
+// gatebypass.go; its event brought this sync), and one this operator asked
+// to abort for a covering pause whose status.drained does not list it yet.
+func drainOwed(s *snapshot, res latch.Result) *drainPlan {
+	if !s.settings.DrainOnPause || len(s.pauses) == 0 {
+		return nil
+	}
+	var live *v1alpha1.StagePause
+	if a, ok := actionOf(res, latch.ActionPaused); ok {
+		live = pauseNamed(s.pauses, a.Pause)
+	} else if s.memo.liveDrainOwed != "" {
+		live = pauseWithUID(s.pauses, s.memo.liveDrainOwed)
+	}
+	if live != nil {
+		return &drainPlan{live: live}
+	}
+	if len(res.Record.Pauses) == 0 {
+		return nil
+	}
+	if late := cachedUndrained(s.promotions, s.pauses); len(late) > 0 {
+		return &drainPlan{late: late, pauses: s.pauses}
+	}
+	return nil
+}
+
+// drainBeside drains a Stage as planned, concurrently with the caller's
+// store of the record that says it is paused; the returned function waits
+// for it. The drain's live read and its aborts would otherwise stand
+// between a failure and the Stage's label: a pause would cost three round
+// trips to the API server instead of two (the StagePause, then the label).
+// Either order survives a crash or a refused write: the drain is
+// idempotent, so a sync whose store failed repeats it; a record stored
+// without its drain is a paused Stage, whose syncs read live again until a
+// live drain succeeds (a refused read or abort), or, after a restart, drain
+// every queued auto-promotion the cache shows, which is all of them once
+// its list is read.
+func (c *Controller) drainBeside(ctx context.Context, s *snapshot, d *drainPlan) (wait func() error) {
+	m := s.memo
+	if owed := m.liveDrainOwed; owed != "" && pauseWithUID(s.pauses, owed) == nil {
+		m.liveDrainOwed = "" // that pause is gone: nothing is owed to it
+	}
+	if d == nil {
 		return func() error { return nil }
 	}
 	done := make(chan error, 1)
-	go func() { done <- drain() }()
+	go func() { done <- c.drainNow(ctx, s.stage, d) }()
 	return func() error {
 		err := <-done
 		// A live drain that failed is owed until one succeeds: the
@@ -47,67 +78,38 @@ func (c *Controller) drainAlong(ctx context.Context, stage *kargo.Stage, m *memo
 		// alone, which may not show an auto-promotion made just before
 		// the pause (a stalled watch).
 		switch {
-		case live != "" && err != nil:
-			m.liveDrainOwed = live
-		case live != "" && m.liveDrainOwed == live:
+		case d.live != nil && err != nil:
+			m.liveDrainOwed = d.live.UID
+		case d.live != nil && m.liveDrainOwed == d.live.UID:
 			m.liveDrainOwed = ""
 		}
 		return err
 	}
 }
 
-// drainFor says what drain a sync owes, if any, and the pause whose live
-// drain it is (empty when it drains from the cache). A Stage becoming
-// paused, or whose live drain failed before, is drained from a live read of
-// its Promotions; a Stage paused already, of what the cache shows: an
-// auto-promotion queued and not yet asked to abort (an API server may admit
-// one a moment after the pause, before its gate's own view of the pauses
-// has it, or a Kargo running under an ungated identity may make one: see
-// gatebypass.go; its event brought this sync), and one this operator asked
-// to abort for a covering pause whose status.drained does not list it yet.
-func (c *Controller) drainFor(ctx context.Context, stage *kargo.Stage, m *memo, settings latch.Settings, pauses []*v1alpha1.StagePause, res latch.Result) (drain func() error, live types.UID) {
-	if !settings.DrainOnPause || len(pauses) == 0 {
-		return nil, ""
+// drainNow aborts the queued auto-promotions a drain plan names: read live
+// for a pause taking effect, or from the cache.
+func (c *Controller) drainNow(ctx context.Context, stage *kargo.Stage, d *drainPlan) error {
+	if d.live != nil {
+		queued, err := c.stagePromotions(ctx, stage, d.live)
+		if err != nil {
+			return err
+		}
+		return c.drain(ctx, stage, d.live, queued)
 	}
-	var p *v1alpha1.StagePause
-	if a, ok := actionOf(res, latch.ActionPaused); ok {
-		p = pauseNamed(pauses, a.Pause)
-	} else if m.liveDrainOwed != "" {
-		if p = pauseWithUID(pauses, m.liveDrainOwed); p == nil {
-			m.liveDrainOwed = "" // that pause is gone: nothing is owed to it
+	for _, p := range d.pauses {
+		if err := c.drain(ctx, stage, p, d.late[p.UID]); err != nil {
+			return err
 		}
 	}
-	if p != nil {
-		return func() error {
-			queued, err := c.stagePromotions(ctx, stage, p)
-			if err != nil {
-				return err
-			}
-			return c.drain(ctx, stage, p, queued)
-		}, p.UID
-	}
-	if len(res.Record.Pauses) == 0 {
-		return nil, ""
-	}
-	late := c.cachedUndrained(stage, pauses)
-	if len(late) == 0 {
-		return nil, ""
-	}
-	return func() error {
-		for _, p := range pauses {
-			if err := c.drain(ctx, stage, p, late[p.UID]); err != nil {
-				return err
-			}
-		}
-		return nil
-	}, ""
+	return nil
 }
 
 // cachedUndrained sorts the Promotions of a paused Stage that the cache
 // shows and a drain still owes by the covering pause to drain them for: one
 // marked as this operator's abort for a pause not yet listing it, and an
 // auto-promotion queued and not yet asked to abort, for the first pause.
-func (c *Controller) cachedUndrained(stage *kargo.Stage, pauses []*v1alpha1.StagePause) map[types.UID][]*kargo.Promotion {
+func cachedUndrained(cached []*kargo.Promotion, pauses []*v1alpha1.StagePause) map[types.UID][]*kargo.Promotion {
 	var out map[types.UID][]*kargo.Promotion
 	add := func(uid types.UID, p *kargo.Promotion) {
 		if out == nil {
@@ -115,7 +117,7 @@ func (c *Controller) cachedUndrained(stage *kargo.Stage, pauses []*v1alpha1.Stag
 		}
 		out[uid] = append(out[uid], p)
 	}
-	for _, p := range c.cachedPromotions(stage) {
+	for _, p := range cached {
 		if owner := pauseWithUID(pauses, drainedFor(p)); owner != nil {
 			if !slices.Contains(owner.Status.Drained, p.Name) {
 				add(owner.UID, p)

@@ -21,12 +21,10 @@ import (
 
 // reportDryRunPauses says, in --dry-run, which StagePauses a step would
 // create.
-func (c *Controller) reportDryRunPauses(ctx context.Context, stage *kargo.Stage, res latch.Result) {
-	for _, a := range res.Actions {
-		if a.Kind == latch.ActionCreatePause {
-			klog.FromContext(ctx).Info("Dry run: would create a StagePause", "pause", a.Pause, "reason", a.Reason)
-			c.report.Event(stage, corev1.EventTypeWarning, api.ReasonStagePaused, fmt.Sprintf("Dry run: would create StagePause %s (reason %s): %s", a.Pause, a.Reason, report.Truncate(a.Message, 512)))
-		}
+func (c *Controller) reportDryRunPauses(ctx context.Context, stage *kargo.Stage, creates []latch.Action) {
+	for _, a := range creates {
+		klog.FromContext(ctx).Info("Dry run: would create a StagePause", "pause", a.Pause, "reason", a.Reason)
+		c.report.Event(stage, corev1.EventTypeWarning, api.ReasonStagePaused, fmt.Sprintf("Dry run: would create StagePause %s (reason %s): %s", a.Pause, a.Reason, report.Truncate(a.Message, 512)))
 	}
 }
 
@@ -46,10 +44,10 @@ const maxPauseMessage = 4096
 // pauses with them added, sorted by name as coveringPauses sorts, and held
 // with those found deleted and held for resume: their failure was judged
 // before, and someone resumed it since.
-func (c *Controller) createFailurePauses(ctx context.Context, stage *kargo.Stage, res latch.Result, pauses, held []*v1alpha1.StagePause) (covering, deleted []*v1alpha1.StagePause, err error) {
+func (c *Controller) createFailurePauses(ctx context.Context, stage *kargo.Stage, creates []latch.Action, pauses, held []*v1alpha1.StagePause) (covering, deleted []*v1alpha1.StagePause, err error) {
 	covering, deleted = slices.Clone(pauses), slices.Clone(held)
-	for _, a := range res.Actions {
-		if a.Kind != latch.ActionCreatePause || pauseNamed(covering, a.Pause) != nil || pauseNamed(deleted, a.Pause) != nil {
+	for _, a := range creates {
+		if pauseNamed(covering, a.Pause) != nil || pauseNamed(deleted, a.Pause) != nil {
 			continue
 		}
 		p, err := c.createFailurePause(ctx, stage, a)

@@ -12,7 +12,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/client-go/tools/cache"
 	"k8s.io/klog/v2"
 
 	"github.com/kargo-latch/kargo-latch/api"
@@ -39,33 +38,36 @@ const (
 // the record. A mark that fails holds back marking of this cycle for a
 // while; it never holds back the rest of the latch, which is stored already.
 // A mark that conflicts is retried at once, as every write conflict.
-func (c *Controller) markPass(ctx context.Context, key cache.ObjectName, stored *kargo.Stage, m *memo, settings latch.Settings, now time.Time, reads *markReads) error {
+func (c *Controller) markPass(ctx context.Context, s *snapshot, stored *kargo.Stage, reads *markReads) error {
+	m := s.memo
 	stage := stored
 	if stage == nil {
 		var err error
-		if stage, err = c.liveStage(ctx, key); stage == nil || err != nil {
+		if stage, err = c.liveStage(ctx, s.key); stage == nil || err != nil {
 			return err
 		}
 	}
 	<-reads.done
-	pauses, err := reads.pauses, reads.pausesErr
-	if err != nil {
-		return err
+	if reads.pausesErr != nil {
+		return reads.pausesErr
 	}
-	obs := c.observe(stage, m, pauses)
-	obs.MayMark = true
 	value, err := stage.State.Read()
 	if err != nil {
 		return err
 	}
-	res := latch.Step(settings, c.priorRecord(stage, value, m), obs, now)
+	v := c.snapshotOf(s.key, stage, value, m, reads.pauses, nil)
+	if v.leftAlone {
+		return nil
+	}
+	v.now, v.obs.MayMark = s.now, true
+	res := latch.Step(v.settings, v.prior, v.obs, v.now)
 	a, ok := actionOf(res, latch.ActionMarkVerified)
 	if !ok {
 		// The view moved on since the cache showed it; the next sync, on
 		// its watch event, judges again.
 		return nil
 	}
-	if c.cfg.DryRun {
+	if v.dryRun {
 		c.reportDryRunMark(ctx, stage, a, reads)
 	} else if err := c.markVerified(ctx, stage, res.Record, a, reads); err != nil {
 		if apierrors.IsConflict(err) {
@@ -74,15 +76,19 @@ func (c *Controller) markPass(ctx context.Context, key cache.ObjectName, stored 
 			// (syncFailed), not an error.
 			return err
 		}
-		c.markFailed(ctx, stage, m, res.Record, err, now)
+		c.markFailed(ctx, stage, m, res.Record, err, v.now)
 		return nil
 	}
 	m.markErrors = 0
-	if _, _, err := c.store(ctx, stage, value, m, res); err != nil {
-		return err
+	if v.dryRun {
+		m.dryRunRecord = &res.Record
+	} else if w := stageWriteFor(v, res); w != nil {
+		if _, err := c.store(ctx, v, w); err != nil {
+			return err
+		}
 	}
 	m.markedCycle = res.Record.Cycle()
-	c.afterStore(stage, pauses, res, false)
+	c.afterStore(stage, reads.pauses, res, false)
 	return nil
 }
 
@@ -226,4 +232,12 @@ func (c *Controller) reportDryRunMark(ctx context.Context, stage *kargo.Stage, a
 func (m *memo) mayTryMark(cycle string, now time.Time) bool {
 	held := m.markHeldCycle == cycle && now.Before(m.markRetryAt)
 	return cycle != m.markedCycle && !held
+}
+
+// markRetry says when a Stage whose marking was refused should try again.
+func (c *Controller) markRetry(m *memo, now time.Time) time.Duration {
+	if now.Before(m.markRetryAt) {
+		return m.markRetryAt.Sub(now)
+	}
+	return 0
 }

@@ -2,6 +2,7 @@ package controller
 
 import (
 	"fmt"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 
@@ -49,4 +50,22 @@ func warnOnce(last *string, value string) bool {
 
 func (c *Controller) warn(stage *kargo.Stage, reason, format string, args ...any) {
 	c.report.Event(stage, corev1.EventTypeWarning, reason, fmt.Sprintf(format, args...))
+}
+
+// checkStatus reports a Stage that still has no status once it is older
+// than StatusMissingAfter, and otherwise says when to look again.
+func (c *Controller) checkStatus(stage *kargo.Stage, m *memo, now time.Time) time.Duration {
+	if stage.Status != nil {
+		m.statusMissing = false
+		return 0
+	}
+	if wait := stage.CreationTimestamp.Add(c.cfg.StatusMissingAfter).Sub(now); wait > 0 {
+		return wait
+	}
+	if !m.statusMissing {
+		m.statusMissing = true
+		c.report.Warn(stage, api.ReasonStatusMissing, "Stage has no status %s after its creation: Kargo has not reconciled it; kargo-latch keeps it Idle", c.cfg.StatusMissingAfter)
+		c.cfg.Metrics.InvalidInput.WithLabelValues(stage.Namespace, stage.Name, "status").Inc()
+	}
+	return 0
 }

@@ -1,0 +1,89 @@
+package controller
+
+import (
+	"context"
+	"time"
+
+	"k8s.io/klog/v2"
+
+	"github.com/kargo-latch/kargo-latch/kargo"
+)
+
+// execute carries out a plan, in its order, and says when to sync again.
+// It owns the sync's concurrency: the StagePaused Event, the drain and the
+// reads a mark rests on run beside the store, and are waited for here.
+func (c *Controller) execute(ctx context.Context, s *snapshot, p plan) (time.Duration, error) {
+	m := s.memo
+	// 1. The failure's pause, made first. The same sync then sees it: the
+	// Stage is labeled and the pause takes effect without waiting for the
+	// informer to deliver it. A pause found deleted was resumed.
+	if len(p.createPauses) > 0 {
+		pauses, held, err := c.createFailurePauses(ctx, s.stage, p.createPauses, s.pauses, s.held)
+		if err != nil {
+			return 0, err
+		}
+		s = s.withPauses(pauses, held, c.cachedPromotions)
+		p = judge(s)
+	}
+	c.reportDryRunPauses(ctx, s.stage, p.dryRunPauses)
+	if s.dryRun && !s.leftAlone {
+		m.dryRunRecord = &p.result.Record
+	}
+
+	// 2. The store, and beside it the StagePaused Event, the drain and the
+	// mark's reads.
+	var reads *markReads
+	if len(p.mark) > 0 {
+		reads = c.startMarkReads(ctx, s.key.Namespace, s.key.Name, p.mark)
+		defer func() { <-reads.done }()
+	}
+	drained := c.drainBeside(ctx, s, p.drain)
+	announced := c.announce(ctx, s.stage, m, p.announce)
+	var stored *kargo.Stage
+	var err error
+	if p.write != nil && !s.dryRun {
+		stored, err = c.store(ctx, s, p.write)
+	}
+	drainErr := drained()
+	if err != nil {
+		_ = announced()
+		if drainErr != nil {
+			klog.FromContext(ctx).Error(drainErr, "Draining the Stage's queued auto-promotions failed too; retrying with the store")
+		}
+		return 0, err
+	}
+
+	// 3. Events and metrics, once the record that they report is stored. An
+	// Event the API refused holds back neither the release nor the mark:
+	// the announcement is retried on its own (see announce).
+	c.afterStore(s.stage, s.pauses, p.result, p.write != nil && p.write.restoresLabel)
+	if !s.leftAlone {
+		m.health = s.obs.Health
+	}
+	announceErr := announced()
+
+	// 4. Held pauses let go: the record that shows their resume is stored.
+	if err := c.releasePauses(ctx, p.release); err != nil {
+		return 0, err
+	}
+	// 5. The mark, judged again on the stored view.
+	if reads != nil {
+		if err := c.markPass(ctx, s, stored, reads); err != nil {
+			return 0, err
+		}
+	}
+	if announceErr != nil {
+		return 0, announceErr
+	}
+	if drainErr != nil {
+		return 0, drainErr
+	}
+	if s.leftAlone {
+		return 0, nil
+	}
+	statusCheck := c.checkStatus(s.stage, m, s.now)
+	if after := p.result.RequeueAfter; after > 0 {
+		klog.FromContext(ctx).V(4).Info("Time-based transition pending", "phase", p.result.Record.Phase, "after", after)
+	}
+	return earliest(earliest(p.result.RequeueAfter, statusCheck), c.markRetry(m, s.now)), nil
+}

@@ -1,0 +1,153 @@
+package controller
+
+import (
+	"time"
+
+	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/kargo-latch/kargo-latch/api"
+	"github.com/kargo-latch/kargo-latch/api/v1alpha1"
+	"github.com/kargo-latch/kargo-latch/kargo"
+	"github.com/kargo-latch/kargo-latch/latch"
+)
+
+// plan is what one sync must do, judged from a snapshot, as data: the
+// executor (execute.go) carries it out in the order its fields are listed,
+// which is the order that survives a crash at any point (see syncStage).
+type plan struct {
+	// result is the machine's step: the record to store, the actions to
+	// report, and when to look again.
+	result latch.Result
+
+	// createPauses are the failure's StagePauses, made first (or found
+	// made): a pause must not wait on the Stage's store, nor be lost if the
+	// sync stops after it. In --dry-run they are reported instead
+	// (dryRunPauses).
+	createPauses []latch.Action
+	dryRunPauses []latch.Action
+
+	// write is the one conditional patch of the Stage's metadata: record,
+	// paused label, refresh request; nil when the Stage is as it should be.
+	write *stageWrite
+	// Beside the store: the StagePaused Event, the drain of queued
+	// auto-promotions, and the live reads a mark rests on.
+	announce *announcement
+	drain    *drainPlan
+	mark     []string // Freight whose mark is due once the latch is stored
+
+	// release are held pauses to let go once the record that shows their
+	// resume is stored.
+	release []*v1alpha1.StagePause
+}
+
+// judge decides what a sync must do. It is pure: it reads the snapshot,
+// the memo included, and changes nothing.
+func judge(s *snapshot) plan {
+	if s.leftAlone {
+		// This version cannot tell whether that record shows a resume; it
+		// will never judge the Stage, so it holds none of its pauses.
+		return plan{release: s.held}
+	}
+	res := latch.Step(s.settings, s.prior, s.obs, s.now)
+	p := plan{result: res, release: s.held}
+	for _, a := range res.Actions {
+		if a.Kind != latch.ActionCreatePause {
+			continue
+		}
+		if s.dryRun {
+			p.dryRunPauses = append(p.dryRunPauses, a)
+		} else {
+			p.createPauses = append(p.createPauses, a)
+		}
+	}
+	p.write = stageWriteFor(s, res)
+	p.announce = owedAnnouncement(s, res)
+	p.drain = drainOwed(s, res)
+	if s.memo.mayTryMark(res.Record.Cycle(), s.now) && latch.MarkDue(s.settings, res.Record, s.obs, s.now) {
+		p.mark = s.obs.FreightNames
+	}
+	return p
+}
+
+// stageWrite is the store's patch of the Stage's metadata (nil values
+// remove keys), and what it means.
+type stageWrite struct {
+	annotations map[string]any
+	labels      map[string]any
+	record      latch.Record
+	encoded     string // the record as written
+	// keepsGarbage: the patch keeps a garbage record beside the fresh one
+	// (a person may mend it from there); a refusal for size drops it.
+	keepsGarbage bool
+	// restoresLabel: it puts back a paused label someone removed.
+	restoresLabel bool
+}
+
+// stageWriteFor computes the patch that makes the Stage show res: whatever
+// of the record annotation, the paused label and, on resume, a Kargo
+// refresh request differs from the Stage. Nil when nothing does.
+func stageWriteFor(s *snapshot, res latch.Result) *stageWrite {
+	w := &stageWrite{annotations: map[string]any{}, labels: map[string]any{}, record: res.Record, encoded: res.Record.Encode()}
+	if w.encoded != s.value {
+		w.annotations[api.StateAnnotation] = w.encoded
+		if s.garbage {
+			// A garbage record (priorRecord) is not simply overwritten. A
+			// newer version's record is never replaced (leftAlone).
+			w.annotations[kargo.InvalidStateAnnotation], _ = keptGarbage(s.value)
+			w.keepsGarbage = true
+		}
+	}
+	wantPaused := len(res.Record.Pauses) > 0
+	if hasPaused := s.stage.Labels[api.PausedLabel] == "true"; hasPaused != wantPaused {
+		if wantPaused {
+			w.labels[api.PausedLabel] = "true"
+			w.restoresLabel = !hasAction(res, latch.ActionPaused)
+		} else {
+			w.labels[api.PausedLabel] = nil
+		}
+	}
+	if hasAction(res, latch.ActionResumed) {
+		// Kargo re-attempts auto-promotion at once instead of at its next
+		// periodic pass, five minutes away.
+		w.annotations[kargo.RefreshAnnotation] = s.now.UTC().Format(time.RFC3339Nano)
+	}
+	if len(w.annotations) == 0 && len(w.labels) == 0 {
+		return nil
+	}
+	return w
+}
+
+// drainPlan is the drain a sync owes a paused Stage (see drainOwed).
+type drainPlan struct {
+	// live is the pause whose drain reads the Stage's Promotions from the
+	// API server: the Stage is becoming paused, or such a drain failed.
+	live *v1alpha1.StagePause
+	// late are cached Promotions still owed a drain, by covering pause.
+	late   map[types.UID][]*kargo.Promotion
+	pauses []*v1alpha1.StagePause
+}
+
+func hasAction(res latch.Result, kind latch.ActionKind) bool {
+	_, ok := actionOf(res, kind)
+	return ok
+}
+
+func actionOf(res latch.Result, kind latch.ActionKind) (latch.Action, bool) {
+	for _, a := range res.Actions {
+		if a.Kind == kind {
+			return a, true
+		}
+	}
+	return latch.Action{}, false
+}
+
+// earliest is the sooner of two requeue delays, where zero means none.
+func earliest(a, b time.Duration) time.Duration {
+	switch {
+	case a <= 0:
+		return b
+	case b <= 0:
+		return a
+	}
+	return min(a, b)
+}
