@@ -52,24 +52,24 @@ func TestRelativeLinksResolve(t *testing.T) {
 
 func TestSlugFollowsGitHub(t *testing.T) {
 	for text, want := range map[string]string{
-		"Mark verified (opt-in)":                    "mark-verified-opt-in",
-		"An incident, end to end":                   "an-incident-end-to-end",
-		"Rights, and how to enable it":              "rights-and-how-to-enable-it",
-		"Connection flags, version, completion":     "connection-flags-version-completion",
-		"The `--for` flag":                          "the---for-flag",
-		"Metrics, alerts & the dashboard":           "metrics-alerts--the-dashboard",
-		"snake_case stays":                          "snake_case-stays",
-		"[Shards](shards.md) and more":              "shards-and-more",
-		"Kargo v1.11.1+":                            "kargo-v1111",
-		"Déjà vu":                                   "déjà-vu",
-		"`kargo-latch.io/state`: the record":        "kargo-latchiostate-the-record",
-		"Where to change what":                      "where-to-change-what",
-		"Performance: 10,000 Stages":                "performance-10000-stages",
-		"KargoLatchDown":                            "kargolatchdown",
-		"one  two":                                  "one--two",
-		"Moving to shards":                          "moving-to-shards",
-		"Uninstall, upgrade and rollback":           "uninstall-upgrade-and-rollback",
-		"informers → queue → sync":                  "informers--queue--sync",
+		"Mark verified (opt-in)":                     "mark-verified-opt-in",
+		"An incident, end to end":                    "an-incident-end-to-end",
+		"Rights, and how to enable it":               "rights-and-how-to-enable-it",
+		"Connection flags, version, completion":      "connection-flags-version-completion",
+		"The `--for` flag":                           "the---for-flag",
+		"Metrics, alerts & the dashboard":            "metrics-alerts--the-dashboard",
+		"snake_case stays":                           "snake_case-stays",
+		"[Shards](shards.md) and more":               "shards-and-more",
+		"Kargo v1.11.1+":                             "kargo-v1111",
+		"Déjà vu":                                    "déjà-vu",
+		"`kargo-latch.io/state`: the record":         "kargo-latchiostate-the-record",
+		"Where to change what":                       "where-to-change-what",
+		"Performance: 10,000 Stages":                 "performance-10000-stages",
+		"KargoLatchDown":                             "kargolatchdown",
+		"one  two":                                   "one--two",
+		"Moving to shards":                           "moving-to-shards",
+		"Uninstall, upgrade and rollback":            "uninstall-upgrade-and-rollback",
+		"informers → queue → sync":                   "informers--queue--sync",
 		"What `status -w` shows (and what it hides)": "what-status--w-shows-and-what-it-hides",
 	} {
 		if got := Slug(text); got != want {
@@ -110,7 +110,7 @@ func TestCheckFindsBrokenLinks(t *testing.T) {
 	write := func(path, content string) {
 		t.Helper()
 		full := filepath.Join(root, filepath.FromSlash(path))
-		if err := os.MkdirAll(filepath.Dir(full), 0o755); err != nil {
+		if err := os.MkdirAll(filepath.Dir(full), 0o750); err != nil {
 			t.Fatal(err)
 		}
 		if err := os.WriteFile(full, []byte(content), 0o644); err != nil {
