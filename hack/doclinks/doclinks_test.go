@@ -4,6 +4,7 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
+	"strings"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
@@ -47,6 +48,29 @@ func TestRelativeLinksResolve(t *testing.T) {
 	}
 	if n := len(Links(string(data))); n < 10 {
 		t.Errorf("found only %d links in README.md; the parser misses links", n)
+	}
+}
+
+// TestIndexListsEveryPage: docs/README.md, the index, links every page of
+// docs/, so that a new page is not left unfound.
+func TestIndexListsEveryPage(t *testing.T) {
+	index, err := os.ReadFile(filepath.Join(repoRoot, "docs", "README.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	linked := map[string]bool{}
+	for _, l := range Links(string(index)) {
+		page, _, _ := strings.Cut(l.Target, "#")
+		linked[page] = true
+	}
+	pages, err := filepath.Glob(filepath.Join(repoRoot, "docs", "*.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range pages {
+		if name := filepath.Base(p); name != "README.md" && !linked[name] {
+			t.Errorf("docs/README.md does not link docs/%s", name)
+		}
 	}
 }
 
