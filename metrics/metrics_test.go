@@ -29,7 +29,7 @@ var contract = map[string]string{
 	"kargo_latch_reconcile_duration_seconds": "HISTOGRAM ",
 	"kargo_latch_build_info":                 "GAUGE goversion,version",
 	// Not in the contract's list, but part of kargo-latch's API: the
-	// bad-input counter the README documents.
+	// bad-input counter docs/bad-input.md documents.
 	"kargo_latch_invalid_input_total": "COUNTER input,project,stage",
 	// Issue 11: the pause gate failed open (controller/gatebypass.go).
 	"kargo_latch_gate_bypassed_total": "COUNTER project,stage",

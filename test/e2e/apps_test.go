@@ -95,7 +95,7 @@ func TestAppsFlappingOutOfPhaseLatchPerApp(t *testing.T) {
 		time.Sleep(500 * time.Millisecond) // the flapping's own rhythm
 	}
 	lastFlapRV := s.LastRV()
-	// The README promises more than no writes: after the latch the mirror
+	// docs/latch.md promises more than no writes: after the latch the mirror
 	// drops per-App health, so App-only flaps do not even wake the operator.
 	if n := op.metric("kargo_latch_reconcile_duration_seconds") - syncsBefore; n != 0 {
 		t.Errorf("the operator synced the Stage %v times for App-only flaps after the latch, want 0", n)

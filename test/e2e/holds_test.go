@@ -19,7 +19,7 @@ import (
 	"github.com/kargo-latch/kargo-latch/test/driver"
 )
 
-// The incident of the README and of the KargoStagePaused runbook: a release
+// The incident of docs/pausing.md and of the KargoStagePaused runbook: a release
 // degrades, the on-call engineer pauses the Stage and rolls back to the
 // Freight before. Kargo (v1.11.1+) then holds auto-promotion from the
 // Warehouse, and that hold outlives the pause: after the resume nothing

@@ -30,7 +30,7 @@ const overlapWindow = time.Minute
 // key, and a retry or two after a conflict with a write of the other.
 const maxSettlingWrites = 3
 
-// TestShardUpgradeSettlesPauseStatus follows the README's upgrade from an
+// TestShardUpgradeSettlesPauseStatus follows docs/shards.md's upgrade from an
 // unsharded operator to shards, in a project whose Stages Kargo already
 // shards (4 of 10 in eu) under a project-wide pause.
 //  1. The operator of shard eu starts beside the unsharded one, each
@@ -45,7 +45,7 @@ const maxSettlingWrites = 3
 //     status settles with the counts of the shards, the unsharded one
 //     dropped, and status.stages still 10.
 //  3. Shard eu is retired: its operator stops, and its key stays until a
-//     person removes it (README step 5's command); the operator of the
+//     person removes it (the command of docs/shards.md's step 5); the operator of the
 //     unlabelled Stages then writes status.stages 6 at once.
 //
 // Each settled status is written by no one after every operator looked
@@ -128,7 +128,7 @@ func TestShardUpgradeSettlesPauseStatus(t *testing.T) {
 	checkSettled(t, ns, writes, []*shardOp{def, eu}, sharded, 10)
 
 	// 3. Shard eu is retired: its key stays until a person removes it, as
-	// README step 5 says. The remaining operator fixes status.stages at
+	// step 5 of docs/shards.md says. The remaining operator fixes status.stages at
 	// once.
 	eu.p.stop()
 	before = writes.count()
