@@ -25,6 +25,7 @@ import (
 	"k8s.io/utils/clock"
 
 	"github.com/kargo-latch/kargo-latch/api/v1alpha1"
+	"github.com/kargo-latch/kargo-latch/controller/markverified"
 	"github.com/kargo-latch/kargo-latch/controller/report"
 	"github.com/kargo-latch/kargo-latch/kargo"
 	"github.com/kargo-latch/kargo-latch/latch"
@@ -89,6 +90,7 @@ type Controller struct {
 	// replica does not lead, when events are not queued at all.
 	work   atomic.Pointer[workQueues]
 	report *report.Reporter
+	marker *markverified.Marker // marks Freight verified (controller/markverified)
 	memos  *memos
 	// pauseLists shares a project-wide pause's live read of Promotions
 	// among the drains of its Stages.
@@ -161,6 +163,7 @@ func New(cfg Config) (*Controller, error) {
 		promotionsInFlight: map[string][]cache.SharedIndexInformer{},
 		pauseInformers:     map[string]cache.SharedIndexInformer{},
 	}
+	c.marker = markverified.New(cfg.Dynamic, c.report, cfg.Metrics, c.livePauses)
 	namespaces := cfg.Namespaces
 	if len(namespaces) == 0 {
 		namespaces = []string{metav1.NamespaceAll}

@@ -6,6 +6,7 @@ import (
 
 	"k8s.io/klog/v2"
 
+	"github.com/kargo-latch/kargo-latch/controller/markverified"
 	"github.com/kargo-latch/kargo-latch/kargo"
 )
 
@@ -32,10 +33,10 @@ func (c *Controller) execute(ctx context.Context, s *snapshot, p plan) (time.Dur
 
 	// 2. The store, and beside it the StagePaused Event, the drain and the
 	// mark's reads.
-	var reads *markReads
+	var reads *markverified.Reads
 	if len(p.mark) > 0 {
-		reads = c.startMarkReads(ctx, s.key.Namespace, s.key.Name, p.mark)
-		defer func() { <-reads.done }()
+		reads = c.marker.StartReads(ctx, s.key.Namespace, s.key.Name, p.mark)
+		defer reads.Wait()
 	}
 	drained := c.drainBeside(ctx, s, p.drain)
 	announced := c.announce(ctx, s.stage, m, p.announce)
@@ -85,5 +86,5 @@ func (c *Controller) execute(ctx context.Context, s *snapshot, p plan) (time.Dur
 	if after := p.result.RequeueAfter; after > 0 {
 		klog.FromContext(ctx).V(4).Info("Time-based transition pending", "phase", p.result.Record.Phase, "after", after)
 	}
-	return earliest(earliest(p.result.RequeueAfter, statusCheck), c.markRetry(m, s.now)), nil
+	return earliest(earliest(p.result.RequeueAfter, statusCheck), m.mark.RetryIn(s.now)), nil
 }

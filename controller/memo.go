@@ -3,11 +3,11 @@ package controller
 import (
 	"hash/maphash"
 	"sync"
-	"time"
 
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/cache"
 
+	"github.com/kargo-latch/kargo-latch/controller/markverified"
 	"github.com/kargo-latch/kargo-latch/latch"
 )
 
@@ -39,14 +39,7 @@ type memo struct {
 	// liveDrainOwed names the pause whose live drain failed in this term:
 	// the next syncs drain from a live read again until one succeeds.
 	liveDrainOwed types.UID
-	// markRetryAt holds marking in markHeldCycle back after a failed try;
-	// markedCycle is the cycle whose marks this replica stored;
-	// markForbiddenCycle is the cycle whose refusal was reported.
-	markRetryAt        time.Time
-	markHeldCycle      string
-	markedCycle        string
-	markForbiddenCycle string
-	markErrors         int // marking errors in a row, for the backoff
+	mark          markverified.Memo // marks tried and stored
 	// dryRunRecord stands in for the annotation in --dry-run, which writes
 	// nothing; nil when there is none.
 	dryRunRecord *latch.Record

@@ -63,7 +63,7 @@ func judge(s *snapshot) plan {
 	p.write = stageWriteFor(s, res)
 	p.announce = owedAnnouncement(s, res)
 	p.drain = drainOwed(s, res)
-	if s.memo.mayTryMark(res.Record.Cycle(), s.now) && latch.MarkDue(s.settings, res.Record, s.obs, s.now) {
+	if s.memo.mark.MayTry(res.Record.Cycle(), s.now) && latch.MarkDue(s.settings, res.Record, s.obs, s.now) {
 		p.mark = s.obs.FreightNames
 	}
 	return p
