@@ -163,19 +163,6 @@ func TestBackToUnshardedWithARetiredShardKey(t *testing.T) {
 	checkShardPatches(t, sc)
 }
 
-// The holds of an operator's writes after the undos let be: doubling from
-// 10 s to 5 minutes.
-func TestUndoneBackoff(t *testing.T) {
-	var got []time.Duration
-	for n := 1; n <= 8; n++ {
-		got = append(got, undoneBackoff(n))
-	}
-	want := []time.Duration{10 * time.Second, 20 * time.Second, 40 * time.Second, 80 * time.Second, 160 * time.Second, 5 * time.Minute, 5 * time.Minute, 5 * time.Minute}
-	if fmt.Sprint(got) != fmt.Sprint(want) {
-		t.Errorf("holds %v, want %v", got, want)
-	}
-}
-
 // oldOperator plays a kargo-latch built before status.shards, unsharded:
 // on every change of a pause it sees, it writes the status it wants,
 // stages and no shards, unconditionally. It returns the times it wrote.
@@ -282,12 +269,7 @@ func TestOldOperatorUndoingTheCountIsMetWithHeldWrites(t *testing.T) {
 
 // heldUntil is when op's writes of the pause name may resume.
 func (op *shardOperator) heldUntil(name string) time.Time {
-	op.c.pauseWrites.mu.Lock()
-	defer op.c.pauseWrites.mu.Unlock()
-	if w := op.c.pauseWrites.m[cacheKey(name)]; w != nil {
-		return w.heldUntil
-	}
-	return time.Time{}
+	return op.c.pauseStatus.HeldUntil(cacheKey(name))
 }
 
 // event returns the first Event of op with reason, passing over others.
