@@ -203,7 +203,7 @@ func (sc *shardCluster) oldOperator(stages int64) func() int {
 }
 
 // An operator built before status.shards still runs, unsharded, beside the
-// operator of shard eu (an upgrade that skipped README step 1): it removes
+// operator of shard eu (an upgrade that skipped step 1 of docs/shards.md): it removes
 // status.shards at each change it sees. Shard eu's operator rewrites its
 // count twice at once, then holds its writes of the pause back, longer
 // each time up to 5 minutes, with a PauseStatusContested Warning naming
@@ -260,7 +260,7 @@ func TestOldOperatorUndoingTheCountIsMetWithHeldWrites(t *testing.T) {
 	}
 	t.Logf("shard eu's operator wrote at %v", got)
 	warning := eu.event(t, api.ReasonPauseStatusContested)
-	for _, says := range []string{`"eu"`, "Run this version unsharded first", "step 1"} {
+	for _, says := range []string{`"eu"`, "Run this version unsharded first", "docs/shards.md", "step 1"} {
 		if !strings.Contains(warning, says) {
 			t.Errorf("the Warning does not say %s: %s", says, warning)
 		}

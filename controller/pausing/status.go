@@ -139,7 +139,7 @@ func (w *StatusWriter) reportContested(ctx context.Context, p *v1alpha1.StagePau
 	w.Report.WarnAbout(ref, api.ReasonPauseStatusContested,
 		"Another writer keeps removing or changing this operator's count %q in status.shards, each time within %v of its write: "+
 			"most likely a kargo-latch built before shards, which removes status.shards whenever it writes. "+
-			"Run this version unsharded first (README, Moving to shards, step 1). Until then this operator writes this status at most every %v.",
+			"Run this version unsharded first (docs/shards.md, Moving to shards, step 1). Until then this operator writes this status at most every %v.",
 		w.Key, undoWindow, maxUndoneBackoff)
 }
 

@@ -211,7 +211,7 @@ func TestUndoneWritesAreHeldAndReported(t *testing.T) {
 		t.Errorf("held until %v, want 10s from %v", until, f.clock.Now())
 	}
 	warning := <-f.recorder.Events
-	for _, says := range []string{"Warning PauseStatusContested ", `"eu"`, "Run this version unsharded first (README, Moving to shards, step 1)"} {
+	for _, says := range []string{"Warning PauseStatusContested ", `"eu"`, "Run this version unsharded first (docs/shards.md, Moving to shards, step 1)"} {
 		if !strings.Contains(warning, says) {
 			t.Errorf("the Warning does not say %s: %s", says, warning)
 		}
