@@ -26,6 +26,7 @@ import (
 
 	"github.com/kargo-latch/kargo-latch/api/v1alpha1"
 	"github.com/kargo-latch/kargo-latch/controller/markverified"
+	"github.com/kargo-latch/kargo-latch/controller/pausing"
 	"github.com/kargo-latch/kargo-latch/controller/report"
 	"github.com/kargo-latch/kargo-latch/kargo"
 	"github.com/kargo-latch/kargo-latch/latch"
@@ -115,8 +116,10 @@ type Controller struct {
 	promotionsWhole atomic.Bool
 	bypass          *bypassWatch // gate bypasses seen (gatebypass.go)
 
-	// pauseWrites remembers this term's StagePause status writes (pausewrites.go).
-	pauseWrites pauseWriteLog
+	// releaser lets go of held pauses; pauseStatus keeps StagePauses'
+	// status, the work of the StagePause queue.
+	releaser    *pausing.Releaser
+	pauseStatus *pausing.StatusWriter
 }
 
 // workQueues are the queues of one leadership term.
@@ -164,6 +167,12 @@ func New(cfg Config) (*Controller, error) {
 		pauseInformers:     map[string]cache.SharedIndexInformer{},
 	}
 	c.marker = markverified.New(cfg.Dynamic, c.report, cfg.Metrics, c.livePauses)
+	c.releaser = &pausing.Releaser{Dynamic: cfg.Dynamic, Stages: c.stagesIn, Sharded: cfg.Shard != "" || cfg.DefaultShard, DryRun: cfg.DryRun}
+	c.pauseStatus = &pausing.StatusWriter{
+		Pause: c.pauseByKey, Stages: c.stagesIn, Term: func() any { return c.work.Load() },
+		Dynamic: cfg.Dynamic, Releaser: c.releaser, Report: c.report, Metrics: cfg.Metrics, Clock: cfg.Clock,
+		Key: pausing.StatusKey(cfg.Shard, cfg.DefaultShard), DryRun: cfg.DryRun,
+	}
 	namespaces := cfg.Namespaces
 	if len(namespaces) == 0 {
 		namespaces = []string{metav1.NamespaceAll}
@@ -315,7 +324,7 @@ func (c *Controller) RunWorkers(ctx context.Context) {
 			}
 		}
 	}
-	pauseWorker := &queue.Worker{Queue: w.pauses, Sync: c.syncPauseStatus, MaxRetries: maxRetries, RetryDroppedAfter: droppedRetryAfter, OnError: c.syncFailed(ctx, "stagePause")}
+	pauseWorker := &queue.Worker{Queue: w.pauses, Sync: c.pauseStatus.Sync, MaxRetries: maxRetries, RetryDroppedAfter: droppedRetryAfter, OnError: c.syncFailed(ctx, "stagePause")}
 	stageWorker := &queue.Worker{Queue: w.stages, Sync: c.syncStage, MaxRetries: maxRetries, RetryDroppedAfter: droppedRetryAfter, OnError: c.syncFailed(ctx, "stage")}
 	done := make(chan struct{})
 	go func() { defer close(done); pauseWorker.Run(ctx, 1) }()

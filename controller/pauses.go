@@ -33,6 +33,23 @@ func (c *Controller) pausesIn(ns string) []*v1alpha1.StagePause {
 	return cachedIn[*v1alpha1.StagePause](c.informerFor(c.pauseInformers, ns), ns)
 }
 
+// pauseByKey reads a StagePause from the informer cache of its namespace.
+func (c *Controller) pauseByKey(key cache.ObjectName) (*v1alpha1.StagePause, bool, error) {
+	inf := c.informerFor(c.pauseInformers, key.Namespace)
+	if inf == nil {
+		return nil, false, nil
+	}
+	obj, exists, err := inf.GetIndexer().GetByKey(key.String())
+	if err != nil || !exists {
+		return nil, false, err
+	}
+	p, ok := obj.(*v1alpha1.StagePause)
+	if !ok {
+		return nil, false, fmt.Errorf("cache holds %T for StagePause %s", obj, key)
+	}
+	return p, true, nil
+}
+
 // stagesIn lists the cached Stages of a namespace: the union of this
 // shard's caches, each Stage once (one moving between the two shards of an
 // operator that serves both may be in both caches a moment).

@@ -2,18 +2,11 @@ package controller
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
-	"slices"
 	"strings"
 
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/klog/v2"
-
-	"github.com/kargo-latch/kargo-latch/api"
 	"github.com/kargo-latch/kargo-latch/api/v1alpha1"
+	"github.com/kargo-latch/kargo-latch/controller/pausing"
 	"github.com/kargo-latch/kargo-latch/kargo"
 )
 
@@ -29,7 +22,7 @@ import (
 func (c *Controller) heldPauses(stage *kargo.Stage) []*v1alpha1.StagePause {
 	var out []*v1alpha1.StagePause
 	for _, p := range c.pausesIn(stage.Namespace) {
-		if p.HeldForResume() && p.Covers(stage.Name) && ownedBy(p, stage) {
+		if p.HeldForResume() && p.Covers(stage.Name) && pausing.OwnedBy(p, stage) {
 			out = append(out, p)
 		}
 	}
@@ -37,71 +30,15 @@ func (c *Controller) heldPauses(stage *kargo.Stage) []*v1alpha1.StagePause {
 	return out
 }
 
-// ownedBy reports whether p was made for this Stage, not for an earlier
-// Stage of the same name.
-func ownedBy(p *v1alpha1.StagePause, stage *kargo.Stage) bool {
-	for _, ref := range p.OwnerReferences {
-		if ref.Kind == "Stage" && ref.Name == stage.Name {
-			return ref.UID == stage.UID
-		}
-	}
-	return true
-}
-
 // releasePauses lets go of held pauses once the record that shows their
 // resume is stored: they are deleted for good.
 func (c *Controller) releasePauses(ctx context.Context, held []*v1alpha1.StagePause) error {
-	if c.cfg.DryRun {
-		return nil
-	}
 	for _, p := range held {
-		if err := c.release(ctx, p); err != nil {
+		if err := c.releaser.Release(ctx, p); err != nil {
 			return err
 		}
 	}
 	return nil
-}
-
-// release removes the operator's finalizer from p, conditional on the
-// resourceVersion it was read at.
-func (c *Controller) release(ctx context.Context, p *v1alpha1.StagePause) error {
-	rest := slices.DeleteFunc(slices.Clone(p.Finalizers), func(f string) bool { return f == v1alpha1.ResumeFinalizer })
-	patch, err := json.Marshal(map[string]any{"metadata": map[string]any{"resourceVersion": p.ResourceVersion, "finalizers": rest}})
-	if err != nil {
-		return err
-	}
-	_, err = c.cfg.Dynamic.Resource(v1alpha1.StagePausesResource).Namespace(p.Namespace).
-		Patch(ctx, p.Name, types.MergePatchType, patch, metav1.PatchOptions{FieldManager: api.FieldManager})
-	if apierrors.IsNotFound(err) {
-		return nil
-	}
-	if err != nil {
-		return fmt.Errorf("releasing deleted StagePause %s: %w", p.Name, err)
-	}
-	klog.FromContext(ctx).V(2).Info("Released a deleted StagePause", "pause", klog.KRef(p.Namespace, p.Name))
-	return nil
-}
-
-// releaseOrphan releases a held pause whose Stage is gone (deleted, or made
-// again under the same name): no record will ever name it. A sharded
-// operator's caches hold only its shard's Stages, so it asks the API
-// server before: a Stage of another shard is its operator's to release.
-func (c *Controller) releaseOrphan(ctx context.Context, p *v1alpha1.StagePause) error {
-	for _, s := range c.stagesIn(p.Namespace) {
-		if p.Covers(s.Name) && ownedBy(p, s) {
-			return nil // the Stage's own sync releases it
-		}
-	}
-	if ShardKey(c.cfg.Shard, c.cfg.DefaultShard) != "" {
-		u, err := c.cfg.Dynamic.Resource(kargo.StagesResource).Namespace(p.Namespace).Get(ctx, p.Spec.Stage, metav1.GetOptions{})
-		switch {
-		case err == nil && ownedBy(p, kargo.StageFromUnstructured(u)):
-			return nil
-		case err != nil && !apierrors.IsNotFound(err):
-			return fmt.Errorf("reading the Stage of deleted StagePause %s: %w", p.Name, err)
-		}
-	}
-	return c.releasePauses(ctx, []*v1alpha1.StagePause{p})
 }
 
 // resumedMessage is the message of the StageResumed Event. A person who

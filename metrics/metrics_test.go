@@ -36,7 +36,7 @@ var contract = map[string]string{
 	// Issue 13: the bound on the Promotion cache (controller/promotionwatch.go).
 	"kargo_latch_promotions_cached": "GAUGE ",
 	// StagePause status writes held back against a writer that keeps
-	// undoing them (controller/pausewrites.go).
+	// undoing them (controller/pausing/statuswrites.go).
 	"kargo_latch_pause_status_contested_total": "COUNTER project",
 }
 

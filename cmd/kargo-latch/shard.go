@@ -6,13 +6,9 @@ import (
 
 	"k8s.io/apimachinery/pkg/util/validation"
 
-	"github.com/kargo-latch/kargo-latch/controller"
+	"github.com/kargo-latch/kargo-latch/controller/pausing"
 	"github.com/kargo-latch/kargo-latch/kargo"
 )
-
-// defaultShardKey is the status.shards key of the operator of the Stages
-// without a shard label, so no shard may be named so.
-var defaultShardKey = controller.ShardKey("", true)
 
 // validateShard refuses a --shard that no Stage can carry in its label, and
 // the name of the unlabelled Stages' key.
@@ -23,8 +19,8 @@ func validateShard(shard string) error {
 	if errs := validation.IsValidLabelValue(shard); len(errs) > 0 {
 		return fmt.Errorf("--shard %q is not a valid value of the label %s: %s", shard, kargo.ShardLabel, strings.Join(errs, "; "))
 	}
-	if shard == defaultShardKey {
-		return fmt.Errorf("--shard %q is refused: %q counts the Stages without a shard label in StagePause status (use --default-shard for those)", shard, defaultShardKey)
+	if shard == pausing.DefaultShardKey {
+		return fmt.Errorf("--shard %q is refused: %q counts the Stages without a shard label in StagePause status (use --default-shard for those)", shard, pausing.DefaultShardKey)
 	}
 	return nil
 }

@@ -1,4 +1,4 @@
-package controller
+package pausing
 
 import (
 	"sync"
@@ -12,7 +12,7 @@ import (
 
 // What an operator remembers of its writes to a StagePause's status, per
 // pause and for its leadership term, in memory only; a new term starts
-// afresh.
+// afresh. The term is an opaque token (StatusWriter.Term), compared with ==.
 //
 //   - Whether it removed the key it supersedes (supersededKey): it does so
 //     once per term. The "*" and "default" operators take the same Lease,
@@ -45,7 +45,7 @@ const (
 // pauseWriteLog holds the pauseWrites of the current leadership term.
 type pauseWriteLog struct {
 	mu   sync.Mutex
-	term *workQueues
+	term any
 	m    map[cache.ObjectName]*pauseWrites
 }
 
@@ -70,7 +70,7 @@ type statusWrite struct {
 
 // entry returns p's writes in term, made afresh for a new term or a new
 // pause of the same name. The caller holds l.mu.
-func (l *pauseWriteLog) entry(term *workQueues, p *v1alpha1.StagePause) *pauseWrites {
+func (l *pauseWriteLog) entry(term any, p *v1alpha1.StagePause) *pauseWrites {
 	if l.term != term || l.m == nil {
 		l.term, l.m = term, map[cache.ObjectName]*pauseWrites{}
 	}
@@ -93,7 +93,7 @@ func (l *pauseWriteLog) forget(key cache.ObjectName) {
 // supersededToRemove is the key this operator (counting under key) removes
 // besides its own from p's status: supersededKey, until it did once in
 // term; else "".
-func (l *pauseWriteLog) supersededToRemove(term *workQueues, p *v1alpha1.StagePause, key string) string {
+func (l *pauseWriteLog) supersededToRemove(term any, p *v1alpha1.StagePause, key string) string {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.entry(term, p).removedSuperseded {
@@ -106,7 +106,7 @@ func (l *pauseWriteLog) supersededToRemove(term *workQueues, p *v1alpha1.StagePa
 // now. It returns how long writes are held back from now (0: not held)
 // and, when this undo starts or extends a hold, the run of undos so far
 // (0 otherwise).
-func (l *pauseWriteLog) observe(term *workQueues, p *v1alpha1.StagePause, key string, now time.Time) (held time.Duration, undos int) {
+func (l *pauseWriteLog) observe(term any, p *v1alpha1.StagePause, key string, now time.Time) (held time.Duration, undos int) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	w := l.entry(term, p)
@@ -144,7 +144,7 @@ func undoneBackoff(n int) time.Duration {
 
 // wrote remembers a write of want to p's status made at now: the key's
 // count, and whether it removed the superseded key removed.
-func (l *pauseWriteLog) wrote(term *workQueues, p *v1alpha1.StagePause, key string, want *v1alpha1.StagePauseStatus, removed string, now time.Time) {
+func (l *pauseWriteLog) wrote(term any, p *v1alpha1.StagePause, key string, want *v1alpha1.StagePauseStatus, removed string, now time.Time) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	w := l.entry(term, p)
@@ -153,4 +153,15 @@ func (l *pauseWriteLog) wrote(term *workQueues, p *v1alpha1.StagePause, key stri
 	if _, had := p.Status.Shards[removed]; removed != "" && had {
 		w.removedSuperseded = true
 	}
+}
+
+// heldUntil is when writes of the pause key may resume; zero when none
+// are held back.
+func (l *pauseWriteLog) heldUntil(key cache.ObjectName) time.Time {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if w := l.m[key]; w != nil {
+		return w.heldUntil
+	}
+	return time.Time{}
 }

@@ -163,19 +163,6 @@ func TestBackToUnshardedWithARetiredShardKey(t *testing.T) {
 	checkShardPatches(t, sc)
 }
 
-// The holds of an operator's writes after the undos let be: doubling from
-// 10 s to 5 minutes.
-func TestUndoneBackoff(t *testing.T) {
-	var got []time.Duration
-	for n := 1; n <= 8; n++ {
-		got = append(got, undoneBackoff(n))
-	}
-	want := []time.Duration{10 * time.Second, 20 * time.Second, 40 * time.Second, 80 * time.Second, 160 * time.Second, 5 * time.Minute, 5 * time.Minute, 5 * time.Minute}
-	if fmt.Sprint(got) != fmt.Sprint(want) {
-		t.Errorf("holds %v, want %v", got, want)
-	}
-}
-
 // oldOperator plays a kargo-latch built before status.shards, unsharded:
 // on every change of a pause it sees, it writes the status it wants,
 // stages and no shards, unconditionally. It returns the times it wrote.
@@ -216,7 +203,7 @@ func (sc *shardCluster) oldOperator(stages int64) func() int {
 }
 
 // An operator built before status.shards still runs, unsharded, beside the
-// operator of shard eu (an upgrade that skipped README step 1): it removes
+// operator of shard eu (an upgrade that skipped step 1 of docs/shards.md): it removes
 // status.shards at each change it sees. Shard eu's operator rewrites its
 // count twice at once, then holds its writes of the pause back, longer
 // each time up to 5 minutes, with a PauseStatusContested Warning naming
@@ -273,7 +260,7 @@ func TestOldOperatorUndoingTheCountIsMetWithHeldWrites(t *testing.T) {
 	}
 	t.Logf("shard eu's operator wrote at %v", got)
 	warning := eu.event(t, api.ReasonPauseStatusContested)
-	for _, says := range []string{`"eu"`, "Run this version unsharded first", "step 1"} {
+	for _, says := range []string{`"eu"`, "Run this version unsharded first", "docs/shards.md", "step 1"} {
 		if !strings.Contains(warning, says) {
 			t.Errorf("the Warning does not say %s: %s", says, warning)
 		}
@@ -282,12 +269,7 @@ func TestOldOperatorUndoingTheCountIsMetWithHeldWrites(t *testing.T) {
 
 // heldUntil is when op's writes of the pause name may resume.
 func (op *shardOperator) heldUntil(name string) time.Time {
-	op.c.pauseWrites.mu.Lock()
-	defer op.c.pauseWrites.mu.Unlock()
-	if w := op.c.pauseWrites.m[cacheKey(name)]; w != nil {
-		return w.heldUntil
-	}
-	return time.Time{}
+	return op.c.pauseStatus.HeldUntil(cacheKey(name))
 }
 
 // event returns the first Event of op with reason, passing over others.

@@ -1,4 +1,4 @@
-package controller
+package pausing
 
 import (
 	"context"
@@ -12,19 +12,24 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/klog/v2"
+	"k8s.io/utils/clock"
 
 	"github.com/kargo-latch/kargo-latch/api"
 	"github.com/kargo-latch/kargo-latch/api/v1alpha1"
+	"github.com/kargo-latch/kargo-latch/controller/report"
+	"github.com/kargo-latch/kargo-latch/kargo"
+	"github.com/kargo-latch/kargo-latch/metrics"
 )
 
 // A StagePause is per project, and a project's Stages may be served by
 // several operators: one per shard, and, while an installation moves to
 // shards, an unsharded one beside them. Each counts the Stages it pauses
-// under its own key of status.shards (statusKey) and writes no other key
+// under its own key of status.shards (StatusKey) and writes no other key
 // (but, once per leadership term, the one it supersedes: see
-// supersededKey and pausewrites.go). status.stages follows from the keys
+// supersededKey and statuswrites.go). status.stages follows from the keys
 // alone (stagesOf), and since and the Active condition from the pause and
 // status.stages. So every operator computes the same status from the same
 // object: one that finds it right writes nothing, and no two undo each
@@ -34,80 +39,108 @@ import (
 // writer that keeps undoing this operator's key (an operator built before
 // status.shards) is met with writes held back, not rewritten at once.
 
-// syncPauseStatus keeps a StagePause's status (since, stages, shards, the
-// Active condition) true to the Stages that exist now. status.drained is
-// written when the pause takes effect (see drain).
-func (c *Controller) syncPauseStatus(ctx context.Context, key cache.ObjectName) (time.Duration, error) {
-	inf := c.informerFor(c.pauseInformers, key.Namespace)
-	if inf == nil {
-		return 0, nil
-	}
-	obj, exists, err := inf.GetIndexer().GetByKey(key.String())
+// StatusWriter keeps StagePauses' status (since, stages, shards, the
+// Active condition) true to the Stages that exist now; its Sync is the
+// work of the controller's StagePause queue. status.drained is written
+// when the pause takes effect (the drain). Set the fields, then use it by
+// pointer.
+type StatusWriter struct {
+	// Pause reads a StagePause from the cache: not found when none.
+	Pause func(key cache.ObjectName) (*v1alpha1.StagePause, bool, error)
+	// Stages lists the cached Stages of a namespace, which the pauses
+	// count.
+	Stages func(ns string) []*kargo.Stage
+	// Term is the current leadership term: a comparable token, new each
+	// term, for what the writer remembers of its writes (statuswrites.go).
+	Term func() any
+	// Dynamic writes the status.
+	Dynamic dynamic.Interface
+	// Releaser releases a held pause whose Stage is gone.
+	Releaser *Releaser
+	Report   *report.Reporter
+	Metrics  *metrics.Recorder
+	Clock    clock.PassiveClock
+	// Key is this operator's key in status.shards (StatusKey).
+	Key string
+	// DryRun writes nothing.
+	DryRun bool
+
+	writes pauseWriteLog
+}
+
+// Sync keeps the status of the StagePause key true, and releases it when
+// it is a deleted pause held for a Stage that is gone. It returns how long
+// its writes of that status are held back (0: not held), after which it
+// is to be synced again.
+func (w *StatusWriter) Sync(ctx context.Context, key cache.ObjectName) (time.Duration, error) {
+	p, exists, err := w.Pause(key)
 	if err != nil || !exists {
-		c.pauseWrites.forget(key)
+		w.writes.forget(key)
 		return 0, err
-	}
-	p, ok := obj.(*v1alpha1.StagePause)
-	if !ok {
-		return 0, nil
 	}
 	if p.DeletionTimestamp != nil {
 		if p.HeldForResume() {
-			return 0, c.releaseOrphan(ctx, p)
+			return 0, w.Releaser.ReleaseOrphan(ctx, p)
 		}
 		return 0, nil
 	}
 	var covered int32
-	for _, s := range c.stagesIn(p.Namespace) {
+	for _, s := range w.Stages(p.Namespace) {
 		if p.Covers(s.Name) {
 			covered++
 		}
 	}
-	term, now := c.work.Load(), c.clock.Now()
-	shardKey := statusKey(c.cfg.Shard, c.cfg.DefaultShard)
-	held, undos := c.pauseWrites.observe(term, p, shardKey, now)
+	term, now := w.Term(), w.Clock.Now()
+	held, undos := w.writes.observe(term, p, w.Key, now)
 	if undos > 0 {
-		c.reportContested(ctx, p, shardKey, undos, held)
+		w.reportContested(ctx, p, undos, held)
 	}
-	remove := c.pauseWrites.supersededToRemove(term, p, shardKey)
-	want := pauseStatus(p, shardKey, covered, remove)
-	if statusEqual(&p.Status, want) || c.cfg.DryRun {
+	remove := w.writes.supersededToRemove(term, p, w.Key)
+	want := pauseStatus(p, w.Key, covered, remove)
+	if statusEqual(&p.Status, want) || w.DryRun {
 		return 0, nil
 	}
 	if held > 0 {
 		return held, nil
 	}
-	body, err := json.Marshal(statusPatch(p, shardKey, remove, want))
+	body, err := json.Marshal(statusPatch(p, w.Key, remove, want))
 	if err != nil {
 		return 0, err
 	}
-	_, err = c.cfg.Dynamic.Resource(v1alpha1.StagePausesResource).Namespace(p.Namespace).
+	_, err = w.Dynamic.Resource(v1alpha1.StagePausesResource).Namespace(p.Namespace).
 		Patch(ctx, p.Name, types.MergePatchType, body, metav1.PatchOptions{FieldManager: api.FieldManager}, "status")
 	if apierrors.IsNotFound(err) {
 		return 0, nil
 	}
 	if err == nil {
-		c.pauseWrites.wrote(term, p, shardKey, want, remove, now)
+		w.writes.wrote(term, p, w.Key, want, remove, now)
 		klog.FromContext(ctx).V(2).Info("Updated StagePause status", "pause", klog.KRef(p.Namespace, p.Name),
-			"stages", want.Stages, "key", shardKey, "counted", covered)
+			"stages", want.Stages, "key", w.Key, "counted", covered)
 	}
 	return 0, err
 }
 
+// HeldUntil is when this operator's writes of the status of the pause key
+// may resume, after another writer kept undoing them; zero when they are
+// not held back.
+func (w *StatusWriter) HeldUntil(key cache.ObjectName) time.Time {
+	return w.writes.heldUntil(key)
+}
+
 // reportContested says that another writer undid this operator's count
-// (under key) in p's status undos times in a row, and that its writes of
-// p's status are held back for held.
-func (c *Controller) reportContested(ctx context.Context, p *v1alpha1.StagePause, key string, undos int, held time.Duration) {
-	c.cfg.Metrics.PauseStatusContested.WithLabelValues(p.Namespace).Inc()
+// in p's status undos times in a row, and that its writes of p's status
+// are held back for held.
+func (w *StatusWriter) reportContested(ctx context.Context, p *v1alpha1.StagePause, undos int, held time.Duration) {
+	w.Metrics.PauseStatusContested.WithLabelValues(p.Namespace).Inc()
 	klog.FromContext(ctx).Info("Another writer keeps undoing this operator's count in a StagePause's status; holding writes back",
-		"pause", klog.KRef(p.Namespace, p.Name), "key", key, "undos", undos, "heldFor", held)
+		"pause", klog.KRef(p.Namespace, p.Name), "key", w.Key, "undos", undos, "heldFor", held)
 	// One message per key, so that the Events aggregate into one.
 	ref := &corev1.ObjectReference{APIVersion: v1alpha1.GroupVersion.String(), Kind: "StagePause", Namespace: p.Namespace, Name: p.Name, UID: p.UID}
-	c.report.WarnAbout(ref, api.ReasonPauseStatusContested,
+	w.Report.WarnAbout(ref, api.ReasonPauseStatusContested,
 		"Another writer keeps removing or changing this operator's count %q in status.shards, each time within %v of its write: "+
 			"most likely a kargo-latch built before shards, which removes status.shards whenever it writes. "+
-			"Run this version unsharded first (README, Moving to shards, step 1). Until then this operator writes this status at most every %v.",
-		key, undoWindow, maxUndoneBackoff)
+			"Run this version unsharded first (docs/shards.md, Moving to shards, step 1). Until then this operator writes this status at most every %v.",
+		w.Key, undoWindow, maxUndoneBackoff)
 }
 
 // pauseStatus is the status p should have when this operator, whose key
@@ -120,7 +153,7 @@ func pauseStatus(p *v1alpha1.StagePause, key string, covered int32, remove strin
 	if shards == nil {
 		shards = map[string]int32{}
 	}
-	if covered > 0 || key == unshardedKey {
+	if covered > 0 || key == UnshardedKey {
 		shards[key] = covered
 	} else {
 		delete(shards, key)
@@ -155,7 +188,7 @@ func pauseStatus(p *v1alpha1.StagePause, key string, covered int32, remove strin
 // beside it, the shards' keys add nothing, and a retired shard's key left
 // behind counts for nothing either.
 func stagesOf(shards map[string]int32) int32 {
-	if n, ok := shards[unshardedKey]; ok {
+	if n, ok := shards[UnshardedKey]; ok {
 		return n
 	}
 	var sum int32
@@ -210,4 +243,46 @@ func statusEqual(a, b *v1alpha1.StagePauseStatus) bool {
 		}
 	}
 	return true
+}
+
+// The keys of status.shards. An operator counts under StatusKey: its
+// shard's name, DefaultShardKey for the operator of the unlabelled Stages
+// alone, and UnshardedKey when unsharded.
+const (
+	// UnshardedKey is an unsharded operator's key: "*", as spec.stage
+	// names every Stage, and no label value, so no shard's name.
+	UnshardedKey = "*"
+	// DefaultShardKey is the key of the operator of the Stages without a
+	// shard label (--default-shard), so no shard may be named so.
+	DefaultShardKey = "default"
+)
+
+// StatusKey is the key under which the operator of these flags counts the
+// Stages a StagePause pauses in status.shards.
+func StatusKey(shard string, defaultShard bool) string {
+	switch {
+	case shard != "":
+		return shard
+	case defaultShard:
+		return DefaultShardKey
+	}
+	return UnshardedKey
+}
+
+// supersededKey is the key of status.shards that the operator counting
+// under key removes besides its own: that of the operator it replaces,
+// or "". An unsharded operator and the operator of the unlabelled Stages
+// alone (--default-shard) both serve those Stages, and take the same Lease
+// unless told otherwise: one is the other's successor when an installation
+// moves to shards or back, so the other's count is stale. No other
+// operator's key is removed by anyone but itself: while the operators of
+// the shards start, an unsharded one may well be running.
+func supersededKey(key string) string {
+	switch key {
+	case UnshardedKey:
+		return DefaultShardKey
+	case DefaultShardKey:
+		return UnshardedKey
+	}
+	return ""
 }
