@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/kargo-latch/kargo-latch/api/v1alpha1"
+	"github.com/kargo-latch/kargo-latch/controller/pausing"
 	"github.com/kargo-latch/kargo-latch/kargo"
 	"github.com/kargo-latch/kargo-latch/latch"
 )
@@ -52,7 +53,7 @@ func owedAnnouncement(s *snapshot, res latch.Result) *announcement {
 		return nil
 	}
 	var p *v1alpha1.StagePause
-	if q := pauseNamed(s.pauses, mark.Name); q != nil && string(q.UID) == mark.UID {
+	if q := pausing.PauseNamed(s.pauses, mark.Name); q != nil && string(q.UID) == mark.UID {
 		p = q
 	}
 	if !hasAction(res, latch.ActionPaused) && s.now.Sub(mark.At) > announceWithin {
@@ -68,7 +69,7 @@ func (c *Controller) announce(ctx context.Context, stage *kargo.Stage, m *memo, 
 		return func() error { return nil }
 	}
 	done := make(chan error, 1)
-	go func() { done <- c.pausedEvent(ctx, stage, a.mark, a.pause) }()
+	go func() { done <- c.failures.Announce(ctx, stage, a.mark, a.pause) }()
 	return func() error {
 		if err := <-done; err != nil {
 			m.owed = a

@@ -8,6 +8,7 @@ import (
 	"k8s.io/client-go/tools/cache"
 
 	"github.com/kargo-latch/kargo-latch/api/v1alpha1"
+	"github.com/kargo-latch/kargo-latch/controller/pausing"
 	"github.com/kargo-latch/kargo-latch/kargo"
 	"github.com/kargo-latch/kargo-latch/latch"
 	"github.com/kargo-latch/kargo-latch/metrics"
@@ -140,7 +141,7 @@ func summarize(value string) recordSummary {
 // being deleted covers nothing (see inForce).
 func pausesInForce(pauses []*v1alpha1.StagePause) []*v1alpha1.StagePause {
 	out := slices.DeleteFunc(pauses, func(p *v1alpha1.StagePause) bool { return p.DeletionTimestamp != nil })
-	sortPauses(out)
+	pausing.SortPauses(out)
 	return out
 }
 

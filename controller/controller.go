@@ -93,9 +93,10 @@ type Controller struct {
 	report *report.Reporter
 	marker *markverified.Marker // marks Freight verified (controller/markverified)
 	memos  *memos
-	// pauseLists shares a project-wide pause's live read of Promotions
-	// among the drains of its Stages.
-	pauseLists pauseLists
+	// Pausing (controller/pausing): failure pauses and their Events, the
+	// drain of queued auto-promotions.
+	failures *pausing.Failures
+	drainer  *pausing.Drainer
 
 	// selectors are the label selectors of this operator's shard.
 	selectors []string
@@ -167,6 +168,11 @@ func New(cfg Config) (*Controller, error) {
 		pauseInformers:     map[string]cache.SharedIndexInformer{},
 	}
 	c.marker = markverified.New(cfg.Dynamic, c.report, cfg.Metrics, c.livePauses)
+	c.failures = &pausing.Failures{Dynamic: cfg.Dynamic, Report: c.report}
+	c.drainer = &pausing.Drainer{
+		Dynamic: cfg.Dynamic, Report: c.report, Clock: cfg.Clock, DryRun: cfg.DryRun,
+		Selectors: c.selectors, ListPage: c.promotionPage, Cached: c.cachedPromotions,
+	}
 	c.releaser = &pausing.Releaser{Dynamic: cfg.Dynamic, Stages: c.stagesIn, Sharded: cfg.Shard != "" || cfg.DefaultShard, DryRun: cfg.DryRun}
 	c.pauseStatus = &pausing.StatusWriter{
 		Pause: c.pauseByKey, Stages: c.stagesIn, Term: func() any { return c.work.Load() },

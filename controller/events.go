@@ -7,6 +7,7 @@ import (
 
 	"github.com/kargo-latch/kargo-latch/api"
 	"github.com/kargo-latch/kargo-latch/api/v1alpha1"
+	"github.com/kargo-latch/kargo-latch/controller/pausing"
 	"github.com/kargo-latch/kargo-latch/kargo"
 	"github.com/kargo-latch/kargo-latch/latch"
 )
@@ -31,7 +32,7 @@ func (c *Controller) afterStore(stage *kargo.Stage, pauses []*v1alpha1.StagePaus
 		case latch.ActionProgressingIgnored:
 			c.cfg.Metrics.ProgressingIgnored.WithLabelValues(ns, name).Inc()
 		case latch.ActionPaused:
-			if p := pauseNamed(pauses, a.Pause); p != nil {
+			if p := pausing.PauseNamed(pauses, a.Pause); p != nil {
 				c.cfg.Metrics.PausesTotal.WithLabelValues(ns, name, p.EffectiveReason()).Inc()
 			}
 		case latch.ActionResumed:

@@ -7,6 +7,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/kargo-latch/kargo-latch/controller/markverified"
+	"github.com/kargo-latch/kargo-latch/controller/pausing"
 	"github.com/kargo-latch/kargo-latch/kargo"
 )
 
@@ -19,14 +20,14 @@ func (c *Controller) execute(ctx context.Context, s *snapshot, p plan) (time.Dur
 	// Stage is labeled and the pause takes effect without waiting for the
 	// informer to deliver it. A pause found deleted was resumed.
 	if len(p.createPauses) > 0 {
-		pauses, held, err := c.createFailurePauses(ctx, s.stage, p.createPauses, s.pauses, s.held)
+		pauses, held, err := c.failures.Create(ctx, s.stage, p.createPauses, s.pauses, s.held)
 		if err != nil {
 			return 0, err
 		}
 		s = s.withPauses(pauses, held, c.cachedPromotions)
 		p = judge(s)
 	}
-	c.reportDryRunPauses(ctx, s.stage, p.dryRunPauses)
+	c.failures.ReportDryRun(ctx, s.stage, p.dryRunPauses)
 	if s.dryRun && !s.leftAlone {
 		m.dryRunRecord = &p.result.Record
 	}
@@ -87,4 +88,41 @@ func (c *Controller) execute(ctx context.Context, s *snapshot, p plan) (time.Dur
 		klog.FromContext(ctx).V(4).Info("Time-based transition pending", "phase", p.result.Record.Phase, "after", after)
 	}
 	return earliest(earliest(p.result.RequeueAfter, statusCheck), m.mark.RetryIn(s.now)), nil
+}
+
+// drainBeside drains a Stage as planned, concurrently with the caller's
+// store of the record that says it is paused; the returned function waits
+// for it. The drain's live read and its aborts would otherwise stand
+// between a failure and the Stage's label: a pause would cost three round
+// trips to the API server instead of two (the StagePause, then the label).
+// Either order survives a crash or a refused write: the drain is
+// idempotent, so a sync whose store failed repeats it; a record stored
+// without its drain is a paused Stage, whose syncs read live again until a
+// live drain succeeds (a refused read or abort), or, after a restart, drain
+// every queued auto-promotion the cache shows, which is all of them once
+// its list is read.
+func (c *Controller) drainBeside(ctx context.Context, s *snapshot, d *pausing.DrainPlan) (wait func() error) {
+	m := s.memo
+	if owed := m.liveDrainOwed; owed != "" && pausing.PauseWithUID(s.pauses, owed) == nil {
+		m.liveDrainOwed = "" // that pause is gone: nothing is owed to it
+	}
+	if d == nil {
+		return func() error { return nil }
+	}
+	done := make(chan error, 1)
+	go func() { done <- c.drainer.Drain(ctx, s.stage, d) }()
+	return func() error {
+		err := <-done
+		// A live drain that failed is owed until one succeeds: the
+		// retry of a paused Stage would otherwise drain from the cache
+		// alone, which may not show an auto-promotion made just before
+		// the pause (a stalled watch).
+		switch {
+		case d.Live != nil && err != nil:
+			m.liveDrainOwed = d.Live.UID
+		case d.Live != nil && m.liveDrainOwed == d.Live.UID:
+			m.liveDrainOwed = ""
+		}
+		return err
+	}
 }

@@ -18,6 +18,7 @@ import (
 
 	"github.com/kargo-latch/kargo-latch/api"
 	"github.com/kargo-latch/kargo-latch/api/v1alpha1"
+	"github.com/kargo-latch/kargo-latch/controller/pausing"
 	"github.com/kargo-latch/kargo-latch/controller/report"
 	"github.com/kargo-latch/kargo-latch/kargo"
 )
@@ -176,7 +177,7 @@ func (c *Controller) pausesCovering(p *kargo.Promotion) []*v1alpha1.StagePause {
 // coveringAt is pausesCovering over the pauses of p's project.
 func coveringAt(pauses []*v1alpha1.StagePause, p *kargo.Promotion) []*v1alpha1.StagePause {
 	var out []*v1alpha1.StagePause
-	for _, sp := range inForce(pauses, p.Stage) {
+	for _, sp := range pausing.InForce(pauses, p.Stage) {
 		if !sp.CreationTimestamp.Add(GateBypassMargin).After(p.CreationTimestamp.Time) {
 			out = append(out, sp)
 		}

@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"slices"
-	"strings"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -12,6 +11,7 @@ import (
 	"k8s.io/client-go/tools/cache"
 
 	"github.com/kargo-latch/kargo-latch/api/v1alpha1"
+	"github.com/kargo-latch/kargo-latch/controller/pausing"
 	"github.com/kargo-latch/kargo-latch/kargo"
 )
 
@@ -103,20 +103,7 @@ func cachedIn[T any](inf cache.SharedIndexInformer, ns string) []T {
 
 // coveringPauses returns the cached pauses in force for a Stage.
 func (c *Controller) coveringPauses(ns, stage string) []*v1alpha1.StagePause {
-	return inForce(c.pausesIn(ns), stage)
-}
-
-// inForce keeps the pauses that cover a Stage, sorted by name. A pause being
-// deleted no longer counts: deleting is resuming.
-func inForce(pauses []*v1alpha1.StagePause, stage string) []*v1alpha1.StagePause {
-	var out []*v1alpha1.StagePause
-	for _, p := range pauses {
-		if p.DeletionTimestamp == nil && p.Covers(stage) {
-			out = append(out, p)
-		}
-	}
-	sortPauses(out)
-	return out
+	return pausing.InForce(c.pausesIn(ns), stage)
 }
 
 // livePauses lists, from the API server, the pauses in force for a Stage,
@@ -134,11 +121,7 @@ func (c *Controller) livePauses(ctx context.Context, ns, stage string) ([]*v1alp
 			all = append(all, p)
 		}
 	}
-	return inForce(all, stage), nil
-}
-
-func sortPauses(p []*v1alpha1.StagePause) {
-	slices.SortFunc(p, func(a, b *v1alpha1.StagePause) int { return strings.Compare(a.Name, b.Name) })
+	return pausing.InForce(all, stage), nil
 }
 
 // updatePause enqueues the pause's Stages only when what covers them changed:

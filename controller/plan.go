@@ -3,10 +3,9 @@ package controller
 import (
 	"time"
 
-	"k8s.io/apimachinery/pkg/types"
-
 	"github.com/kargo-latch/kargo-latch/api"
 	"github.com/kargo-latch/kargo-latch/api/v1alpha1"
+	"github.com/kargo-latch/kargo-latch/controller/pausing"
 	"github.com/kargo-latch/kargo-latch/kargo"
 	"github.com/kargo-latch/kargo-latch/latch"
 )
@@ -32,7 +31,7 @@ type plan struct {
 	// Beside the store: the StagePaused Event, the drain of queued
 	// auto-promotions, and the live reads a mark rests on.
 	announce *announcement
-	drain    *drainPlan
+	drain    *pausing.DrainPlan
 	mark     []string // Freight whose mark is due once the latch is stored
 
 	// release are held pauses to let go once the record that shows their
@@ -62,7 +61,7 @@ func judge(s *snapshot) plan {
 	}
 	p.write = stageWriteFor(s, res)
 	p.announce = owedAnnouncement(s, res)
-	p.drain = drainOwed(s, res)
+	p.drain = pausing.DrainOwed(s.settings, s.pauses, res, s.memo.liveDrainOwed, s.promotions)
 	if s.memo.mark.MayTry(res.Record.Cycle(), s.now) && latch.MarkDue(s.settings, res.Record, s.obs, s.now) {
 		p.mark = s.obs.FreightNames
 	}
@@ -115,16 +114,6 @@ func stageWriteFor(s *snapshot, res latch.Result) *stageWrite {
 		return nil
 	}
 	return w
-}
-
-// drainPlan is the drain a sync owes a paused Stage (see drainOwed).
-type drainPlan struct {
-	// live is the pause whose drain reads the Stage's Promotions from the
-	// API server: the Stage is becoming paused, or such a drain failed.
-	live *v1alpha1.StagePause
-	// late are cached Promotions still owed a drain, by covering pause.
-	late   map[types.UID][]*kargo.Promotion
-	pauses []*v1alpha1.StagePause
 }
 
 func hasAction(res latch.Result, kind latch.ActionKind) bool {

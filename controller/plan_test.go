@@ -75,7 +75,7 @@ func TestJudgeAFailurePausesFirst(t *testing.T) {
 	if second.announce == nil || second.announce.pause != pause {
 		t.Errorf("announcement %+v, want StagePaused for %s", second.announce, name)
 	}
-	if second.drain == nil || second.drain.live != pause {
+	if second.drain == nil || second.drain.Live != pause {
 		t.Errorf("drain %+v, want a live drain for %s", second.drain, name)
 	}
 }

@@ -26,7 +26,7 @@ func (c *Controller) heldPauses(stage *kargo.Stage) []*v1alpha1.StagePause {
 			out = append(out, p)
 		}
 	}
-	sortPauses(out)
+	pausing.SortPauses(out)
 	return out
 }
 

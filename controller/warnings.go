@@ -1,10 +1,7 @@
 package controller
 
 import (
-	"fmt"
 	"time"
-
-	corev1 "k8s.io/api/core/v1"
 
 	"github.com/kargo-latch/kargo-latch/api"
 	"github.com/kargo-latch/kargo-latch/kargo"
@@ -46,10 +43,6 @@ func warnOnce(last *string, value string) bool {
 	}
 	*last = value
 	return value != ""
-}
-
-func (c *Controller) warn(stage *kargo.Stage, reason, format string, args ...any) {
-	c.report.Event(stage, corev1.EventTypeWarning, reason, fmt.Sprintf(format, args...))
 }
 
 // checkStatus reports a Stage that still has no status once it is older

@@ -1,4 +1,4 @@
-package controller
+package pausing
 
 import (
 	"context"
@@ -12,15 +12,50 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/dynamic"
 	"k8s.io/klog/v2"
+	"k8s.io/utils/clock"
 
 	"github.com/kargo-latch/kargo-latch/api"
 	"github.com/kargo-latch/kargo-latch/api/v1alpha1"
+	"github.com/kargo-latch/kargo-latch/controller/report"
 	"github.com/kargo-latch/kargo-latch/kargo"
 	"github.com/kargo-latch/kargo-latch/latch"
 )
 
-// drainOwed says what drain a sync owes, if any. A Stage becoming paused,
+// Drainer aborts the queued auto-promotions of a Stage as a pause takes
+// effect (drain-on-pause), and lists them in the pause's status.drained.
+type Drainer struct {
+	// Dynamic reads Promotions and StagePauses live, and writes the abort
+	// request and status.drained.
+	Dynamic dynamic.Interface
+	Report  *report.Reporter
+	Clock   clock.Clock
+	// DryRun aborts nothing, and says what it would abort.
+	DryRun bool
+	// Selectors are the label selectors of this operator's shard: a
+	// project-wide read lists only its Promotions.
+	Selectors []string
+	// ListPage lists one page of a namespace's Promotions as the Promotion
+	// cache does (a table of their metadata, stage and phase).
+	ListPage func(ctx context.Context, ns string, opts metav1.ListOptions) (*kargo.PromotionPage, error)
+	// Cached returns the cached Promotions of a Stage.
+	Cached func(*kargo.Stage) []*kargo.Promotion
+
+	lists projectLists
+}
+
+// DrainPlan is the drain a sync owes a paused Stage (see DrainOwed).
+type DrainPlan struct {
+	// Live is the pause whose drain reads the Stage's Promotions from the
+	// API server: the Stage is becoming paused, or such a drain failed.
+	Live *v1alpha1.StagePause
+	// Late are cached Promotions still owed a drain, by covering pause.
+	Late   map[types.UID][]*kargo.Promotion
+	Pauses []*v1alpha1.StagePause
+}
+
+// DrainOwed says what drain a sync owes, if any. A Stage becoming paused,
 // or whose live drain failed before, is drained from a live read of its
 // Promotions; a Stage paused already, of what the cache shows: an
 // auto-promotion queued and not yet asked to abort (an API server may admit
@@ -28,77 +63,42 @@ import (
 // has it, or a Kargo running under an ungated identity may make one: see
 // gatebypass.go; its event brought this sync), and one this operator asked
 // to abort for a covering pause whose status.drained does not list it yet.
-func drainOwed(s *snapshot, res latch.Result) *drainPlan {
-	if !s.settings.DrainOnPause || len(s.pauses) == 0 {
+// liveOwed names the pause whose live drain failed before; cached are the
+// Stage's cached Promotions. It is pure: the sync judges with it.
+func DrainOwed(settings latch.Settings, pauses []*v1alpha1.StagePause, res latch.Result, liveOwed types.UID, cached []*kargo.Promotion) *DrainPlan {
+	if !settings.DrainOnPause || len(pauses) == 0 {
 		return nil
 	}
 	var live *v1alpha1.StagePause
-	if a, ok := actionOf(res, latch.ActionPaused); ok {
-		live = pauseNamed(s.pauses, a.Pause)
-	} else if s.memo.liveDrainOwed != "" {
-		live = pauseWithUID(s.pauses, s.memo.liveDrainOwed)
+	if a, ok := pausedBy(res); ok {
+		live = PauseNamed(pauses, a.Pause)
+	} else if liveOwed != "" {
+		live = PauseWithUID(pauses, liveOwed)
 	}
 	if live != nil {
-		return &drainPlan{live: live}
+		return &DrainPlan{Live: live}
 	}
 	if len(res.Record.Pauses) == 0 {
 		return nil
 	}
-	if late := cachedUndrained(s.promotions, s.pauses); len(late) > 0 {
-		return &drainPlan{late: late, pauses: s.pauses}
+	if late := cachedUndrained(cached, pauses); len(late) > 0 {
+		return &DrainPlan{Late: late, Pauses: pauses}
 	}
 	return nil
 }
 
-// drainBeside drains a Stage as planned, concurrently with the caller's
-// store of the record that says it is paused; the returned function waits
-// for it. The drain's live read and its aborts would otherwise stand
-// between a failure and the Stage's label: a pause would cost three round
-// trips to the API server instead of two (the StagePause, then the label).
-// Either order survives a crash or a refused write: the drain is
-// idempotent, so a sync whose store failed repeats it; a record stored
-// without its drain is a paused Stage, whose syncs read live again until a
-// live drain succeeds (a refused read or abort), or, after a restart, drain
-// every queued auto-promotion the cache shows, which is all of them once
-// its list is read.
-func (c *Controller) drainBeside(ctx context.Context, s *snapshot, d *drainPlan) (wait func() error) {
-	m := s.memo
-	if owed := m.liveDrainOwed; owed != "" && pauseWithUID(s.pauses, owed) == nil {
-		m.liveDrainOwed = "" // that pause is gone: nothing is owed to it
-	}
-	if d == nil {
-		return func() error { return nil }
-	}
-	done := make(chan error, 1)
-	go func() { done <- c.drainNow(ctx, s.stage, d) }()
-	return func() error {
-		err := <-done
-		// A live drain that failed is owed until one succeeds: the
-		// retry of a paused Stage would otherwise drain from the cache
-		// alone, which may not show an auto-promotion made just before
-		// the pause (a stalled watch).
-		switch {
-		case d.live != nil && err != nil:
-			m.liveDrainOwed = d.live.UID
-		case d.live != nil && m.liveDrainOwed == d.live.UID:
-			m.liveDrainOwed = ""
-		}
-		return err
-	}
-}
-
-// drainNow aborts the queued auto-promotions a drain plan names: read live
+// Drain aborts the queued auto-promotions a drain plan names: read live
 // for a pause taking effect, or from the cache.
-func (c *Controller) drainNow(ctx context.Context, stage *kargo.Stage, d *drainPlan) error {
-	if d.live != nil {
-		queued, err := c.stagePromotions(ctx, stage, d.live)
+func (d *Drainer) Drain(ctx context.Context, stage *kargo.Stage, plan *DrainPlan) error {
+	if plan.Live != nil {
+		queued, err := d.stagePromotions(ctx, stage, plan.Live)
 		if err != nil {
 			return err
 		}
-		return c.drain(ctx, stage, d.live, queued)
+		return d.drain(ctx, stage, plan.Live, queued)
 	}
-	for _, p := range d.pauses {
-		if err := c.drain(ctx, stage, p, d.late[p.UID]); err != nil {
+	for _, p := range plan.Pauses {
+		if err := d.drain(ctx, stage, p, plan.Late[p.UID]); err != nil {
 			return err
 		}
 	}
@@ -118,7 +118,7 @@ func cachedUndrained(cached []*kargo.Promotion, pauses []*v1alpha1.StagePause) m
 		out[uid] = append(out[uid], p)
 	}
 	for _, p := range cached {
-		if owner := pauseWithUID(pauses, drainedFor(p)); owner != nil {
+		if owner := PauseWithUID(pauses, drainedFor(p)); owner != nil {
 			if !slices.Contains(owner.Status.Drained, p.Name) {
 				add(owner.UID, p)
 			}
@@ -129,15 +129,6 @@ func cachedUndrained(cached []*kargo.Promotion, pauses []*v1alpha1.StagePause) m
 		}
 	}
 	return out
-}
-
-func pauseWithUID(pauses []*v1alpha1.StagePause, uid types.UID) *v1alpha1.StagePause {
-	for _, p := range pauses {
-		if uid != "" && p.UID == uid {
-			return p
-		}
-	}
-	return nil
 }
 
 // drainedFor is the UID of the pause a drain of this operator asked to
@@ -159,7 +150,7 @@ func abortAsked(p *kargo.Promotion) bool {
 // status.drained. A Promotion runs only when
 // it is Pending and Kargo's auto-promotion made it; Running Promotions and
 // people's Promotions are never touched.
-func (c *Controller) drain(ctx context.Context, stage *kargo.Stage, pause *v1alpha1.StagePause, queued []*kargo.Promotion) error {
+func (d *Drainer) drain(ctx context.Context, stage *kargo.Stage, pause *v1alpha1.StagePause, queued []*kargo.Promotion) error {
 	var drained []string
 	for _, p := range queued {
 		mine := drainedFor(p) == pause.UID
@@ -168,11 +159,11 @@ func (c *Controller) drain(ctx context.Context, stage *kargo.Stage, pause *v1alp
 			// (a person, or a drain for another pause).
 			continue
 		}
-		if c.cfg.DryRun {
+		if d.DryRun {
 			drained = append(drained, p.Name)
 			continue
 		}
-		aborted, err := c.abort(ctx, p, pause)
+		aborted, err := d.abort(ctx, p, pause)
 		if err != nil {
 			return err
 		}
@@ -184,19 +175,19 @@ func (c *Controller) drain(ctx context.Context, stage *kargo.Stage, pause *v1alp
 		return nil
 	}
 	slices.Sort(drained)
-	if c.cfg.DryRun {
+	if d.DryRun {
 		klog.FromContext(ctx).Info("Dry run: would abort queued auto-promotions", "pause", pause.Name, "promotions", drained)
-		c.report.Event(stage, corev1.EventTypeNormal, api.ReasonPromotionDrained,
+		d.Report.Event(stage, corev1.EventTypeNormal, api.ReasonPromotionDrained,
 			fmt.Sprintf("Dry run: would abort %d queued auto-promotion(s) as StagePause %s takes effect: %s", len(drained), pause.Name, strings.Join(drained, ", ")))
 		return nil
 	}
-	added, err := c.addDrained(ctx, pause, drained)
+	added, err := d.addDrained(ctx, pause, drained)
 	if err != nil || len(added) == 0 {
 		// Reported by the sync that recorded them: a retry does not repeat
-		// it. Until then, the abort's mark keeps them owed (drainFor).
+		// it. Until then, the abort's mark keeps them owed (DrainOwed).
 		return err
 	}
-	c.report.Event(stage, corev1.EventTypeNormal, api.ReasonPromotionDrained,
+	d.Report.Event(stage, corev1.EventTypeNormal, api.ReasonPromotionDrained,
 		fmt.Sprintf("Aborted %d queued auto-promotion(s) as StagePause %s took effect: %s", len(added), pause.Name, strings.Join(added, ", ")))
 	return nil
 }
@@ -207,8 +198,8 @@ func (c *Controller) drain(ctx context.Context, stage *kargo.Stage, pause *v1alp
 // drains does not show), it is read again and judged on that. It reports
 // whether the Promotion is aborted (false when it is gone or no longer
 // queued).
-func (c *Controller) abort(ctx context.Context, p *kargo.Promotion, pause *v1alpha1.StagePause) (bool, error) {
-	client := c.cfg.Dynamic.Resource(kargo.PromotionsResource).Namespace(p.Namespace)
+func (d *Drainer) abort(ctx context.Context, p *kargo.Promotion, pause *v1alpha1.StagePause) (bool, error) {
+	client := d.Dynamic.Resource(kargo.PromotionsResource).Namespace(p.Namespace)
 	for range 3 {
 		if abortAsked(p) {
 			return drainedFor(p) == pause.UID, nil
@@ -244,8 +235,8 @@ func (c *Controller) abort(ctx context.Context, p *kargo.Promotion, pause *v1alp
 // addDrained adds names to a pause's status.drained. Several Stages can
 // drain into one project-wide pause at once, so it reads the pause fresh
 // and writes conditionally.
-func (c *Controller) addDrained(ctx context.Context, pause *v1alpha1.StagePause, names []string) (added []string, err error) {
-	client := c.cfg.Dynamic.Resource(v1alpha1.StagePausesResource).Namespace(pause.Namespace)
+func (d *Drainer) addDrained(ctx context.Context, pause *v1alpha1.StagePause, names []string) (added []string, err error) {
+	client := d.Dynamic.Resource(v1alpha1.StagePausesResource).Namespace(pause.Namespace)
 	for range 5 {
 		u, err := client.Get(ctx, pause.Name, metav1.GetOptions{})
 		if apierrors.IsNotFound(err) {
@@ -282,4 +273,14 @@ func (c *Controller) addDrained(ctx context.Context, pause *v1alpha1.StagePause,
 		// sync, wrote it meanwhile: read it again.
 	}
 	return nil, fmt.Errorf("recording drained Promotions on StagePause %s: it keeps changing", pause.Name)
+}
+
+// pausedBy is the step's Paused action: the Stage is becoming paused.
+func pausedBy(res latch.Result) (latch.Action, bool) {
+	for _, a := range res.Actions {
+		if a.Kind == latch.ActionPaused {
+			return a, true
+		}
+	}
+	return latch.Action{}, false
 }

@@ -1,4 +1,4 @@
-package controller
+package pausing
 
 import (
 	"context"
@@ -10,6 +10,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/dynamic"
 	"k8s.io/klog/v2"
 
 	"github.com/kargo-latch/kargo-latch/api"
@@ -19,38 +20,43 @@ import (
 	"github.com/kargo-latch/kargo-latch/latch"
 )
 
-// reportDryRunPauses says, in --dry-run, which StagePauses a step would
-// create.
-func (c *Controller) reportDryRunPauses(ctx context.Context, stage *kargo.Stage, creates []latch.Action) {
-	for _, a := range creates {
-		klog.FromContext(ctx).Info("Dry run: would create a StagePause", "pause", a.Pause, "reason", a.Reason)
-		c.report.Event(stage, corev1.EventTypeWarning, api.ReasonStagePaused, fmt.Sprintf("Dry run: would create StagePause %s (reason %s): %s", a.Pause, a.Reason, report.Truncate(a.Message, 512)))
-	}
+// A failure's StagePause is made before the record that names it is stored,
+// so that the gate does not wait on the Stage's store (which Kargo's webhook,
+// a conflict storm or an outage can hold up). Its name derives from the
+// failure, so making it again finds it there; its finalizer keeps a resume
+// from being undone meanwhile (see Releaser).
+
+// Failures makes the StagePauses that failures ask for, and their
+// StagePaused Events.
+type Failures struct {
+	// Dynamic creates (and, when one exists, reads) StagePauses.
+	Dynamic dynamic.Interface
+	Report  *report.Reporter
 }
 
-func pauseNamed(pauses []*v1alpha1.StagePause, name string) *v1alpha1.StagePause {
-	for _, p := range pauses {
-		if p.Name == name {
-			return p
-		}
+// ReportDryRun says, in --dry-run, which StagePauses a step would
+// create.
+func (f *Failures) ReportDryRun(ctx context.Context, stage *kargo.Stage, creates []latch.Action) {
+	for _, a := range creates {
+		klog.FromContext(ctx).Info("Dry run: would create a StagePause", "pause", a.Pause, "reason", a.Reason)
+		f.Report.Event(stage, corev1.EventTypeWarning, api.ReasonStagePaused, fmt.Sprintf("Dry run: would create StagePause %s (reason %s): %s", a.Pause, a.Reason, report.Truncate(a.Message, 512)))
 	}
-	return nil
 }
 
 // maxPauseMessage keeps a failure message within the CRD's limit.
 const maxPauseMessage = 4096
 
-// createFailurePauses creates the StagePauses a step asked for, and returns
-// pauses with them added, sorted by name as coveringPauses sorts, and held
+// Create creates the StagePauses a step asked for, and returns
+// pauses with them added, sorted by name as InForce sorts, and held
 // with those found deleted and held for resume: their failure was judged
 // before, and someone resumed it since.
-func (c *Controller) createFailurePauses(ctx context.Context, stage *kargo.Stage, creates []latch.Action, pauses, held []*v1alpha1.StagePause) (covering, deleted []*v1alpha1.StagePause, err error) {
+func (f *Failures) Create(ctx context.Context, stage *kargo.Stage, creates []latch.Action, pauses, held []*v1alpha1.StagePause) (covering, deleted []*v1alpha1.StagePause, err error) {
 	covering, deleted = slices.Clone(pauses), slices.Clone(held)
 	for _, a := range creates {
-		if pauseNamed(covering, a.Pause) != nil || pauseNamed(deleted, a.Pause) != nil {
+		if PauseNamed(covering, a.Pause) != nil || PauseNamed(deleted, a.Pause) != nil {
 			continue
 		}
-		p, err := c.createFailurePause(ctx, stage, a)
+		p, err := f.create(ctx, stage, a)
 		switch {
 		case err != nil:
 			return nil, nil, err
@@ -60,14 +66,14 @@ func (c *Controller) createFailurePauses(ctx context.Context, stage *kargo.Stage
 			covering = append(covering, p)
 		}
 	}
-	sortPauses(covering)
-	sortPauses(deleted)
+	SortPauses(covering)
+	SortPauses(deleted)
 	return covering, deleted, nil
 }
 
-// createFailurePause creates the StagePause a failure asked for. Its name is
+// create creates the StagePause a failure asked for. Its name is
 // derived from the failure, so creating it again finds it there.
-func (c *Controller) createFailurePause(ctx context.Context, stage *kargo.Stage, a latch.Action) (*v1alpha1.StagePause, error) {
+func (f *Failures) create(ctx context.Context, stage *kargo.Stage, a latch.Action) (*v1alpha1.StagePause, error) {
 	msg := a.Message
 	if len(msg) > maxPauseMessage {
 		msg = msg[:maxPauseMessage]
@@ -91,7 +97,7 @@ func (c *Controller) createFailurePause(ctx context.Context, stage *kargo.Stage,
 		return nil, err
 	}
 	delete(obj, "status")
-	client := c.cfg.Dynamic.Resource(v1alpha1.StagePausesResource).Namespace(stage.Namespace)
+	client := f.Dynamic.Resource(v1alpha1.StagePausesResource).Namespace(stage.Namespace)
 	u, err := client.Create(ctx, &unstructured.Unstructured{Object: obj}, metav1.CreateOptions{FieldManager: api.FieldManager})
 	if apierrors.IsAlreadyExists(err) {
 		u, err = client.Get(ctx, a.Pause, metav1.GetOptions{})
@@ -108,9 +114,9 @@ func (c *Controller) createFailurePause(ctx context.Context, stage *kargo.Stage,
 	return created, nil
 }
 
-// pausedEvent records StagePaused exactly once per pause: the one mark
+// Announce records StagePaused exactly once per pause: the one mark
 // names, p when it still exists.
-func (c *Controller) pausedEvent(ctx context.Context, stage *kargo.Stage, mark latch.PauseMark, p *v1alpha1.StagePause) error {
+func (f *Failures) Announce(ctx context.Context, stage *kargo.Stage, mark latch.PauseMark, p *v1alpha1.StagePause) error {
 	msg := fmt.Sprintf("Paused by StagePause %s (deleted since)", mark.Name)
 	if p != nil {
 		msg = fmt.Sprintf("Paused by StagePause %s (reason %s)", p.Name, p.EffectiveReason())
@@ -118,5 +124,5 @@ func (c *Controller) pausedEvent(ctx context.Context, stage *kargo.Stage, mark l
 			msg += ": " + report.Truncate(p.Spec.Message, 1024)
 		}
 	}
-	return c.report.Once(ctx, stage, report.OnceName(stage, "paused", mark.UID+"\x00"+mark.Name), corev1.EventTypeWarning, api.ReasonStagePaused, msg)
+	return f.Report.Once(ctx, stage, report.OnceName(stage, "paused", mark.UID+"\x00"+mark.Name), corev1.EventTypeWarning, api.ReasonStagePaused, msg)
 }

@@ -1,4 +1,4 @@
-package controller
+package pausing
 
 import (
 	"context"
@@ -8,6 +8,7 @@ import (
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/validation"
 
 	"github.com/kargo-latch/kargo-latch/api/v1alpha1"
 	"github.com/kargo-latch/kargo-latch/kargo"
@@ -22,7 +23,7 @@ import (
 // replica's cache shows, so a read started by any drain of that pause will
 // do for all of them. What an API server admitted in the moment before its
 // gate knew the pause reaches the cache later, and is drained then (see
-// drainFor). One read of
+// DrainOwed). One read of
 // the project instead of one per Stage spares the API server hundreds of
 // LISTs exactly when a person pushed the big red button.
 
@@ -35,8 +36,8 @@ const sharedListFor = time.Minute
 // auto-promotions, which a drain may abort, are kept.
 const drainListPage = 100
 
-// pauseLists holds each project-wide pause's shared read.
-type pauseLists struct {
+// projectLists holds each project-wide pause's shared read.
+type projectLists struct {
 	mu      sync.Mutex
 	byPause map[types.UID]*pauseList
 }
@@ -49,11 +50,52 @@ type pauseList struct {
 	err     error
 }
 
+// stagePromotions lists a Stage's Promotions from the API server, not the
+// cache: one created a moment before the pause, not yet delivered to the
+// informer, must not escape the drain. Kargo's webhook labels every
+// Promotion with its Stage, so one label-filtered LIST reads them; the
+// drains of a project-wide pause share one read of the project instead
+// (drainlist.go). Cached ones the read missed are added.
+func (d *Drainer) stagePromotions(ctx context.Context, stage *kargo.Stage, pause *v1alpha1.StagePause) ([]*kargo.Promotion, error) {
+	var out []*kargo.Promotion
+	switch {
+	case pause.Spec.Stage == v1alpha1.AllStages:
+		shared, err := d.queuedAutoPromotions(ctx, pause, stage.Name)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, shared...)
+	case len(validation.IsValidLabelValue(stage.Name)) == 0:
+		// A name too long for a label value (over 63) cannot be Kargo's
+		// label either: such a Stage's Promotions are known from the cache.
+		list, err := d.Dynamic.Resource(kargo.PromotionsResource).Namespace(stage.Namespace).
+			List(ctx, metav1.ListOptions{LabelSelector: kargo.StageLabel + "=" + stage.Name})
+		if err != nil {
+			return nil, fmt.Errorf("listing the Stage's Promotions: %w", err)
+		}
+		for i := range list.Items {
+			if p := kargo.PromotionFromUnstructured(&list.Items[i]); p.Stage == stage.Name {
+				out = append(out, p)
+			}
+		}
+	}
+	seen := map[string]bool{}
+	for _, p := range out {
+		seen[p.Name] = true
+	}
+	for _, p := range d.Cached(stage) {
+		if !seen[p.Name] {
+			out = append(out, p)
+		}
+	}
+	return out, nil
+}
+
 // queuedAutoPromotions returns the queued auto-promotions of stage, read
 // live once for all the Stages pause covers.
-func (c *Controller) queuedAutoPromotions(ctx context.Context, pause *v1alpha1.StagePause, stage string) ([]*kargo.Promotion, error) {
-	l := &c.pauseLists
-	now := c.clock.Now()
+func (d *Drainer) queuedAutoPromotions(ctx context.Context, pause *v1alpha1.StagePause, stage string) ([]*kargo.Promotion, error) {
+	l := &d.lists
+	now := d.Clock.Now()
 	l.mu.Lock()
 	if l.byPause == nil {
 		l.byPause = map[types.UID]*pauseList{}
@@ -71,7 +113,7 @@ func (c *Controller) queuedAutoPromotions(ctx context.Context, pause *v1alpha1.S
 	l.mu.Unlock()
 
 	if !shared {
-		read.byStage, read.err = c.listQueuedAutoPromotions(ctx, pause.Namespace)
+		read.byStage, read.err = d.listQueuedAutoPromotions(ctx, pause.Namespace)
 		if read.err != nil {
 			// Not shared: the next drain reads again (unless a newer read
 			// has taken this one's place).
@@ -99,12 +141,12 @@ func (c *Controller) queuedAutoPromotions(ctx context.Context, pause *v1alpha1.S
 // (a table of their metadata, stage and phase, not 5-10 KB of steps each),
 // and keeps those a drain may owe something: the queued auto-promotions, and
 // those a drain of this operator aborted, by Stage.
-func (c *Controller) listQueuedAutoPromotions(ctx context.Context, ns string) (map[string][]*kargo.Promotion, error) {
+func (d *Drainer) listQueuedAutoPromotions(ctx context.Context, ns string) (map[string][]*kargo.Promotion, error) {
 	byStage := map[string][]*kargo.Promotion{}
-	for _, selector := range c.selectors {
+	for _, selector := range d.Selectors {
 		opts := metav1.ListOptions{LabelSelector: selector, Limit: drainListPage}
 		for {
-			page, err := c.promotionPage(ctx, ns, opts)
+			page, err := d.ListPage(ctx, ns, opts)
 			if err != nil {
 				return nil, fmt.Errorf("listing the project's Promotions: %w", err)
 			}
