@@ -6,6 +6,7 @@ import (
 
 	"k8s.io/klog/v2"
 
+	"github.com/kargo-latch/kargo-latch/api"
 	"github.com/kargo-latch/kargo-latch/controller/markverified"
 	"github.com/kargo-latch/kargo-latch/controller/pausing"
 	"github.com/kargo-latch/kargo-latch/kargo"
@@ -15,18 +16,14 @@ import (
 // It owns the sync's concurrency: the StagePaused Event, the drain and the
 // reads a mark rests on run beside the store, and are waited for here.
 func (c *Controller) execute(ctx context.Context, s *snapshot, p plan) (time.Duration, error) {
-	m := s.memo
-	// 1. The failure's pause, made first. The same sync then sees it: the
-	// Stage is labeled and the pause takes effect without waiting for the
-	// informer to deliver it. A pause found deleted was resumed.
+	// 1. The failure's pause, made first.
 	if len(p.createPauses) > 0 {
-		pauses, held, err := c.failures.Create(ctx, s.stage, p.createPauses, s.pauses, s.held)
-		if err != nil {
+		var err error
+		if s, p, err = c.makeFailurePauses(ctx, s, p); s == nil || err != nil {
 			return 0, err
 		}
-		s = s.withPauses(pauses, held, c.cachedPromotions)
-		p = judge(s)
 	}
+	m := s.memo
 	c.failures.ReportDryRun(ctx, s.stage, p.dryRunPauses)
 	if s.dryRun && !s.leftAlone {
 		m.dryRunRecord = &p.result.Record
@@ -125,4 +122,48 @@ func (c *Controller) drainBeside(ctx context.Context, s *snapshot, d *pausing.Dr
 		}
 		return err
 	}
+}
+
+// checkStatus reports a Stage that still has no status once it is older
+// than StatusMissingAfter, and otherwise says when to look again.
+func (c *Controller) checkStatus(stage *kargo.Stage, m *memo, now time.Time) time.Duration {
+	if stage.Status != nil {
+		m.statusMissing = false
+		return 0
+	}
+	if wait := stage.CreationTimestamp.Add(c.cfg.StatusMissingAfter).Sub(now); wait > 0 {
+		return wait
+	}
+	if !m.statusMissing {
+		m.statusMissing = true
+		c.report.Warn(stage, api.ReasonStatusMissing, "Stage has no status %s after its creation: Kargo has not reconciled it; kargo-latch keeps it Idle", c.cfg.StatusMissingAfter)
+		c.cfg.Metrics.InvalidInput.WithLabelValues(stage.Namespace, stage.Name, "status").Inc()
+	}
+	return 0
+}
+
+// makeFailurePauses makes the StagePauses a plan asks for, and judges again
+// with them. They are made from the judgement of a snapshot: one taken from
+// a cache that may be behind the API server is taken and judged again live
+// first (nil when the cache is behind for sure: its store's event brings
+// the next sync). The same sync then sees the pauses: the Stage is labeled
+// and they take effect without waiting for the informer to deliver them. A
+// pause found deleted was resumed.
+func (c *Controller) makeFailurePauses(ctx context.Context, s *snapshot, p plan) (*snapshot, plan, error) {
+	fresh, err := c.refresh(ctx, s)
+	if fresh == nil || err != nil {
+		return nil, p, err
+	}
+	if fresh != s {
+		s, p = fresh, judge(fresh)
+		if len(p.createPauses) == 0 {
+			return s, p, nil
+		}
+	}
+	pauses, held, err := c.failures.Create(ctx, s.stage, p.createPauses, s.pauses, s.held)
+	if err != nil {
+		return nil, p, err
+	}
+	s = s.withPauses(pauses, held, c.cachedPromotions)
+	return s, judge(s), nil
 }

@@ -60,12 +60,8 @@ func (c *Controller) markPass(ctx context.Context, s *snapshot, stored *kargo.St
 		return nil
 	}
 	m.mark.Marked()
-	if v.dryRun {
-		m.dryRunRecord = &res.Record
-	} else if w := stageWriteFor(v, res); w != nil {
-		if _, err := c.store(ctx, v, w); err != nil {
-			return err
-		}
+	if err := c.storeStep(ctx, v, res); err != nil {
+		return err
 	}
 	m.mark.Stored(res.Record.Cycle())
 	c.afterStore(stage, pauses, res, false)

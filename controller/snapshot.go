@@ -103,11 +103,9 @@ func (c *Controller) snapshotOf(key cache.ObjectName, stage *kargo.Stage, value 
 	}
 	var problem string
 	s.settings, problem = settingsFor(stage.Annotations, c.cfg.Defaults)
-	c.reportConfig(stage, m, problem)
 	s.prior, s.garbage = c.priorRecord(stage, value, m)
 	obs, unknownHealth := observe(stage, m.health)
-	c.reportHealth(stage, m, unknownHealth)
-	c.reportApps(stage, m, len(obs.Apps))
+	c.reportUnusable(stage, m, problem, unknownHealth, len(obs.Apps))
 	if !stage.State.Present() {
 		created := stage.CreationTimestamp.Time
 		obs.CreatedWithoutRecord = &created

@@ -35,17 +35,6 @@ func (c *Controller) syncStage(ctx context.Context, key cache.ObjectName) (time.
 	}
 	// Judge: what to do, as a plan.
 	p := judge(snap)
-	if len(p.createPauses) > 0 {
-		// A pause is made from this judgement: judge the Stage again as it
-		// is on the API server when the cache may be behind it.
-		fresh, err := c.refresh(ctx, snap)
-		if fresh == nil || err != nil {
-			return 0, err
-		}
-		if fresh != snap {
-			snap, p = fresh, judge(fresh)
-		}
-	}
-	// Act.
+	// Act: carry the plan out.
 	return c.execute(ctx, snap, p)
 }

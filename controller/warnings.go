@@ -1,12 +1,19 @@
 package controller
 
 import (
-	"time"
-
 	"github.com/kargo-latch/kargo-latch/api"
 	"github.com/kargo-latch/kargo-latch/kargo"
 	"github.com/kargo-latch/kargo-latch/latch"
 )
+
+// reportUnusable reports, once per new problem, the input of a Stage that
+// cannot be used: an invalid setting, a health Kargo does not define, more
+// Applications than the per-App latch handles.
+func (c *Controller) reportUnusable(stage *kargo.Stage, m *memo, configProblem, unknownHealth string, apps int) {
+	c.reportConfig(stage, m, configProblem)
+	c.reportHealth(stage, m, unknownHealth)
+	c.reportApps(stage, m, apps)
+}
 
 // reportConfig warns once per new invalid-settings message.
 func (c *Controller) reportConfig(stage *kargo.Stage, m *memo, problem string) {
@@ -43,22 +50,4 @@ func warnOnce(last *string, value string) bool {
 	}
 	*last = value
 	return value != ""
-}
-
-// checkStatus reports a Stage that still has no status once it is older
-// than StatusMissingAfter, and otherwise says when to look again.
-func (c *Controller) checkStatus(stage *kargo.Stage, m *memo, now time.Time) time.Duration {
-	if stage.Status != nil {
-		m.statusMissing = false
-		return 0
-	}
-	if wait := stage.CreationTimestamp.Add(c.cfg.StatusMissingAfter).Sub(now); wait > 0 {
-		return wait
-	}
-	if !m.statusMissing {
-		m.statusMissing = true
-		c.report.Warn(stage, api.ReasonStatusMissing, "Stage has no status %s after its creation: Kargo has not reconciled it; kargo-latch keeps it Idle", c.cfg.StatusMissingAfter)
-		c.cfg.Metrics.InvalidInput.WithLabelValues(stage.Namespace, stage.Name, "status").Inc()
-	}
-	return 0
 }
