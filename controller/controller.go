@@ -25,6 +25,7 @@ import (
 	"k8s.io/utils/clock"
 
 	"github.com/kargo-latch/kargo-latch/api/v1alpha1"
+	"github.com/kargo-latch/kargo-latch/controller/gatebypass"
 	"github.com/kargo-latch/kargo-latch/controller/promotioncache"
 	"github.com/kargo-latch/kargo-latch/controller/report"
 	"github.com/kargo-latch/kargo-latch/kargo"
@@ -111,7 +112,8 @@ type Controller struct {
 	// foregroundSyncedAt is when Start saw the caches synced (but those
 	// syncing in the background: see watchedCache); nil until then.
 	foregroundSyncedAt atomic.Pointer[time.Time]
-	bypass             *bypassWatch // gate bypasses seen (gatebypass.go)
+	// gateBypass judges every Promotion the cache sees (controller/gatebypass).
+	gateBypass *gatebypass.Detector
 
 	// pauseWrites remembers this term's StagePause status writes (pausewrites.go).
 	pauseWrites pauseWriteLog
@@ -156,10 +158,13 @@ func New(cfg Config) (*Controller, error) {
 		memos:          newMemos(),
 		report:         report.New(cfg.Kube, cfg.Recorder, cfg.Clock),
 		selectors:      shardSelectors(cfg.Shard, cfg.DefaultShard),
-		bypass:         newBypassWatch(),
 		stageInformers: map[string][]cache.SharedIndexInformer{},
 		pauseInformers: map[string]cache.SharedIndexInformer{},
 	}
+	c.gateBypass = gatebypass.New(gatebypass.Config{
+		Pauses: c.pausesIn, PausesSynced: c.pausesSynced, CachesSynced: c.foregroundSynced, Stage: c.stageByKey,
+		Reporter: c.report, Metrics: cfg.Metrics, Clock: cfg.Clock, DryRun: cfg.DryRun,
+	})
 	c.promotions = c.newPromotionCache()
 	namespaces := cfg.Namespaces
 	if len(namespaces) == 0 {
@@ -276,7 +281,7 @@ func (c *Controller) Run(ctx context.Context) error {
 // caches; the leader then calls RunWorkers.
 func (c *Controller) Start(ctx context.Context) error {
 	c.report.Start(ctx)
-	c.bypass.stopWhen(ctx.Done())
+	c.gateBypass.Start(ctx)
 	for _, inf := range c.informers {
 		go inf.RunWithContext(ctx)
 	}

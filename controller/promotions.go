@@ -24,7 +24,7 @@ func (c *Controller) newPromotionCache() *promotioncache.Cache {
 			UpdateFunc: c.updatePromotion,
 			DeleteFunc: c.enqueuePromotionStage,
 		},
-		Dropped: func(p *kargo.Promotion) { c.watchGateBypass(p) },
+		Dropped: c.gateBypass.Observe,
 		WatchOpened: func(ns, selector string) {
 			c.problems.clear(selectedCacheName(kargo.PromotionsResource, ns, selector))
 		},
