@@ -181,6 +181,17 @@ func (c *Controller) foregroundSynced() bool {
 	return true
 }
 
+// pausesSynced reports whether every StagePause cache has synced: enough to
+// dismiss a Promotion no pause covered (controller/gatebypass).
+func (c *Controller) pausesSynced() bool {
+	for _, inf := range c.pauseInformers {
+		if !inf.HasSynced() {
+			return false
+		}
+	}
+	return true
+}
+
 // backgroundStalled names the background caches that have not synced
 // CacheSyncTimeout after the others did and report a list or watch error,
 // diagnosed or not: a Promotion list that keeps failing (a 429, a 500, a

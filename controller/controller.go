@@ -25,8 +25,10 @@ import (
 	"k8s.io/utils/clock"
 
 	"github.com/kargo-latch/kargo-latch/api/v1alpha1"
+	"github.com/kargo-latch/kargo-latch/controller/gatebypass"
 	"github.com/kargo-latch/kargo-latch/controller/markverified"
 	"github.com/kargo-latch/kargo-latch/controller/pausing"
+	"github.com/kargo-latch/kargo-latch/controller/promotioncache"
 	"github.com/kargo-latch/kargo-latch/controller/report"
 	"github.com/kargo-latch/kargo-latch/kargo"
 	"github.com/kargo-latch/kargo-latch/latch"
@@ -42,7 +44,8 @@ type Config struct {
 	// statuses into maps: the cold start's main CPU cost. Nil lists them
 	// with Dynamic (as unit tests with a fake dynamic client do). It also
 	// lists Promotions as a table of their metadata, stage and phase
-	// (promotionwatch.go); without it they are listed whole, page by page.
+	// (controller/promotioncache); without it they are listed whole, page
+	// by page.
 	StageClient rest.Interface
 	// Kube sends Events.
 	Kube kubernetes.Interface
@@ -103,19 +106,18 @@ type Controller struct {
 	// Informers by namespace; the key "" holds an all-namespaces informer.
 	// A namespace's Stages are the union of its Stage informers, one per
 	// selector (see stageInformersFor).
-	stageInformers     map[string][]cache.SharedIndexInformer
-	promotionsInFlight map[string][]cache.SharedIndexInformer // unfinished Promotions, per selector (promotionwatch.go)
-	pauseInformers     map[string]cache.SharedIndexInformer
-	informers          []cache.SharedIndexInformer
-	caches             []watchedCache
-	problems           cacheProblems
+	stageInformers map[string][]cache.SharedIndexInformer
+	pauseInformers map[string]cache.SharedIndexInformer
+	informers      []cache.SharedIndexInformer
+	caches         []watchedCache
+	problems       cacheProblems
+	// promotions caches the unfinished Promotions (controller/promotioncache).
+	promotions *promotioncache.Cache
 	// foregroundSyncedAt is when Start saw the caches synced (but those
 	// syncing in the background: see watchedCache); nil until then.
 	foregroundSyncedAt atomic.Pointer[time.Time]
-	// promotionsWhole is set once the server's table of Promotions proved
-	// unusable (kargo.ErrNoPromotionTable): pages are read whole from then on.
-	promotionsWhole atomic.Bool
-	bypass          *bypassWatch // gate bypasses seen (gatebypass.go)
+	// gateBypass judges every Promotion the cache sees (controller/gatebypass).
+	gateBypass *gatebypass.Detector
 
 	// releaser lets go of held pauses; pauseStatus keeps StagePauses'
 	// status, the work of the StagePause queue.
@@ -157,15 +159,13 @@ func New(cfg Config) (*Controller, error) {
 		cfg.StatusMissingAfter = time.Minute
 	}
 	c := &Controller{
-		cfg:                cfg,
-		clock:              cfg.Clock,
-		memos:              newMemos(),
-		report:             report.New(cfg.Kube, cfg.Recorder, cfg.Clock),
-		selectors:          shardSelectors(cfg.Shard, cfg.DefaultShard),
-		bypass:             newBypassWatch(),
-		stageInformers:     map[string][]cache.SharedIndexInformer{},
-		promotionsInFlight: map[string][]cache.SharedIndexInformer{},
-		pauseInformers:     map[string]cache.SharedIndexInformer{},
+		cfg:            cfg,
+		clock:          cfg.Clock,
+		memos:          newMemos(),
+		report:         report.New(cfg.Kube, cfg.Recorder, cfg.Clock),
+		selectors:      shardSelectors(cfg.Shard, cfg.DefaultShard),
+		stageInformers: map[string][]cache.SharedIndexInformer{},
+		pauseInformers: map[string]cache.SharedIndexInformer{},
 	}
 	c.marker = markverified.New(cfg.Dynamic, c.report, cfg.Metrics, c.livePauses)
 	c.failures = &pausing.Failures{Dynamic: cfg.Dynamic, Report: c.report}
@@ -179,6 +179,11 @@ func New(cfg Config) (*Controller, error) {
 		Dynamic: cfg.Dynamic, Releaser: c.releaser, Report: c.report, Metrics: cfg.Metrics, Clock: cfg.Clock,
 		Key: pausing.StatusKey(cfg.Shard, cfg.DefaultShard), DryRun: cfg.DryRun,
 	}
+	c.gateBypass = gatebypass.New(gatebypass.Config{
+		Pauses: c.pausesIn, PausesSynced: c.pausesSynced, CachesSynced: c.foregroundSynced, Stage: c.stageByKey,
+		Reporter: c.report, Metrics: cfg.Metrics, Clock: cfg.Clock, DryRun: cfg.DryRun,
+	})
+	c.promotions = c.newPromotionCache()
 	namespaces := cfg.Namespaces
 	if len(namespaces) == 0 {
 		namespaces = []string{metav1.NamespaceAll}
@@ -189,7 +194,7 @@ func New(cfg Config) (*Controller, error) {
 		}
 	}
 	cfg.Metrics.ObserveStages(phaseNames, newStageStates(c).all)
-	cfg.Metrics.ObservePromotionsCached(c.promotionsCached)
+	cfg.Metrics.ObservePromotionsCached(c.promotions.Count)
 	return c, nil
 }
 
@@ -294,7 +299,7 @@ func (c *Controller) Run(ctx context.Context) error {
 // caches; the leader then calls RunWorkers.
 func (c *Controller) Start(ctx context.Context) error {
 	c.report.Start(ctx)
-	c.bypass.stopWhen(ctx.Done())
+	c.gateBypass.Start(ctx)
 	for _, inf := range c.informers {
 		go inf.RunWithContext(ctx)
 	}

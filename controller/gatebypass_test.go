@@ -2,7 +2,7 @@ package controller
 
 import (
 	"context"
-	"errors"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -10,87 +10,19 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	corev1 "k8s.io/api/core/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	kubefake "k8s.io/client-go/kubernetes/fake"
 	k8stesting "k8s.io/client-go/testing"
-	"k8s.io/client-go/tools/record"
 	"k8s.io/klog/v2/ktesting"
 
 	"github.com/kargo-latch/kargo-latch/api"
 	"github.com/kargo-latch/kargo-latch/api/v1alpha1"
+	"github.com/kargo-latch/kargo-latch/controller/gatebypass"
 	"github.com/kargo-latch/kargo-latch/kargo"
 	"github.com/kargo-latch/kargo-latch/metrics"
 )
-
-func TestCoveringAt(t *testing.T) {
-	at := time.Date(2026, 12, 1, 10, 0, 0, 0, time.UTC)
-	pause := func(name, stage string, created time.Time, deleting bool) *v1alpha1.StagePause {
-		p := &v1alpha1.StagePause{Spec: v1alpha1.StagePauseSpec{Stage: stage}}
-		p.Name, p.CreationTimestamp = name, metav1.NewTime(created)
-		if deleting {
-			now := metav1.NewTime(at)
-			p.DeletionTimestamp = &now
-		}
-		return p
-	}
-	promo := &kargo.Promotion{Stage: "prod"}
-	promo.CreationTimestamp = metav1.NewTime(at)
-	for _, tc := range []struct {
-		name  string
-		pause *v1alpha1.StagePause
-		want  bool
-	}{
-		{"the Stage's, before", pause("a", "prod", at.Add(-GateBypassMargin), false), true},
-		{"the Stage's, within the margin", pause("a", "prod", at.Add(-GateBypassMargin+time.Second), false), false},
-		{"project-wide, before", pause("a", "*", at.Add(-time.Hour), false), true},
-		{"the same second", pause("a", "prod", at, false), false},
-		{"after", pause("a", "prod", at.Add(time.Second), false), false},
-		{"another Stage", pause("a", "dev", at.Add(-time.Minute), false), false},
-		{"being deleted", pause("a", "prod", at.Add(-time.Minute), true), false},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			if got := len(coveringAt([]*v1alpha1.StagePause{tc.pause}, promo)) > 0; got != tc.want {
-				t.Errorf("covered = %v, want %v", got, tc.want)
-			}
-		})
-	}
-}
-
-func TestBypassCandidate(t *testing.T) {
-	now := time.Date(2026, 12, 1, 10, 0, 0, 0, time.UTC)
-	promo := func(actor string, age time.Duration) *kargo.Promotion {
-		p := &kargo.Promotion{Stage: "prod"}
-		p.CreationTimestamp = metav1.NewTime(now.Add(-age))
-		if actor != "" {
-			p.Annotations = map[string]string{kargo.CreateActorAnnotation: actor}
-		}
-		return p
-	}
-	noStage := promo("", time.Second)
-	noStage.Stage = ""
-	for _, tc := range []struct {
-		name string
-		p    *kargo.Promotion
-		want bool
-	}{
-		{"no actor", promo("", time.Second), true},
-		{"a controller", promo("controller:kargo-controller", time.Second), true},
-		{"a person", promo("kubernetes:dev", time.Second), false},
-		{"Kargo's API for a person", promo("admin", time.Second), false},
-		{"older than its Event lives", promo("", bypassHorizon+time.Second), false},
-		{"no Stage", noStage, false},
-		{"no creation time", &kargo.Promotion{Stage: "prod"}, false},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			if got := bypassCandidate(tc.p, now); got != tc.want {
-				t.Errorf("candidate = %v, want %v", got, tc.want)
-			}
-		})
-	}
-}
 
 func bypassObjects(now time.Time) []*unstructured.Unstructured {
 	ts := func(d time.Duration) string { return now.Add(d).UTC().Format(time.RFC3339) }
@@ -119,7 +51,7 @@ func bypassObjects(now time.Time) []*unstructured.Unstructured {
 		promo("bypass", "", -10*time.Second),                        // an auto-promotion admitted under the pause
 		promo("person", "kubernetes:dev", -10*time.Second),          // a hotfix: the gate lets people pass
 		promo("queued", "", -2*time.Minute),                         // created before the pause
-		promo("old", "", -bypassHorizon-time.Minute),                // its Event may have expired
+		promo("old", "", -gatebypass.Horizon-time.Minute),           // its Event may have expired
 		promo("controller", "controller:kargo-ctl", -5*time.Second), // another Kargo controller's
 	}
 }
@@ -171,6 +103,19 @@ func bypassCount(t *testing.T, reg *prometheus.Registry, labels map[string]strin
 	return total
 }
 
+// countGateBypassCreates counts the GateBypassed Events kube is asked to
+// create from now on, made or refused.
+func countGateBypassCreates(kube *kubefake.Clientset) *atomic.Int64 {
+	creates := &atomic.Int64{}
+	kube.PrependReactor("create", "events", func(a k8stesting.Action) (bool, runtime.Object, error) {
+		if e, ok := a.(k8stesting.CreateAction).GetObject().(*corev1.Event); ok && e.Reason == api.ReasonGateBypassed {
+			creates.Add(1)
+		}
+		return false, nil, nil
+	})
+	return creates
+}
+
 // TestGateBypassWarnsOncePerPromotion: a restarted operator lists every
 // Promotion again. The ones auto-promoted under a pause get one Warning
 // each; people's, older ones and those created before the pause get none;
@@ -178,15 +123,8 @@ func bypassCount(t *testing.T, reg *prometheus.Registry, labels map[string]strin
 // tries again, finds the Event and neither warns nor counts.
 func TestGateBypassWarnsOncePerPromotion(t *testing.T) {
 	now := time.Now()
-	var creates atomic.Int64
-	f := newFixtureWith(t, false, func(f *fixture) {
-		f.kube.PrependReactor("create", "events", func(a k8stesting.Action) (bool, runtime.Object, error) {
-			if e, ok := a.(k8stesting.CreateAction).GetObject().(*corev1.Event); ok && e.Reason == api.ReasonGateBypassed {
-				creates.Add(1)
-			}
-			return false, nil, nil
-		})
-	}, bypassObjects(now)...)
+	var creates *atomic.Int64
+	f := newFixtureWith(t, false, func(f *fixture) { creates = countGateBypassCreates(f.kube) }, bypassObjects(now)...)
 
 	labels := map[string]string{metrics.LabelProject: "shop", metrics.LabelStage: "prod"}
 	waitUntil(t, func() bool { return len(gateBypassEvents(t, f)) >= 2 })
@@ -259,112 +197,50 @@ func TestGateBypassWarnsOncePerPromotion(t *testing.T) {
 	}
 }
 
-// TestGateBypassMessage: the Warning names the Promotion, the pauses, who
-// created it, the setting to widen and what to check if the setting names it
-// already; without the API server's stamp, it says the username is unknown
-// and how to turn the stamp on. Many pauses, long names, a 900-character
-// username: it stays within an Event's 1024 characters, the advice whole.
-func TestGateBypassMessage(t *testing.T) {
-	at := time.Date(2026, 12, 1, 10, 0, 0, 0, time.UTC)
-	pause := func(name string) *v1alpha1.StagePause {
-		return &v1alpha1.StagePause{ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: v1alpha1.StagePauseSpec{Stage: "prod"}}
-	}
-	promo := func(name, requester string) *kargo.Promotion {
-		p := &kargo.Promotion{Stage: "prod"}
-		p.Name, p.CreationTimestamp = name, metav1.NewTime(at)
-		if requester != "" {
-			p.Annotations = map[string]string{api.RequestedByAnnotation: requester}
-		}
-		return p
-	}
-	advice := []string{"pauseGate.kargoControllers", "pauseGate.kargoControllerRegex", "ConfigMap kargo-latch-kargo-controllers",
-		"If it is named there already, check that the pause gate's ValidatingAdmissionPolicy and binding (kargo-latch-pause-gate in a default install) are installed.",
-		"Runbook KargoLatchGateBypassed"}
-	long := strings.Repeat("x", 240)
-	many := []*v1alpha1.StagePause{pause("a" + long), pause("b" + long), pause("c"), pause("d"), pause("e")}
-	for _, tc := range []struct {
-		name   string
-		p      *kargo.Promotion
-		pauses []*v1alpha1.StagePause
-		want   []string
-	}{
-		{"stamped", promo("prod.01j.abc", "kargo-shard-eu"), []*v1alpha1.StagePause{pause("hold")},
-			[]string{"Auto-promotion prod.01j.abc, created at 2026-12-01T10:00:00Z by kargo-shard-eu,", "StagePause hold (reason Manual)", "if that user is one of Kargo's (a shard?), add it to"}},
-		{"not stamped", promo("prod.01j.abc", ""), []*v1alpha1.StagePause{pause("hold")},
-			[]string{"by an unknown user", "no " + api.RequestedByAnnotation, "turn on the requester mark", "pauseGate.requestedBy.enabled", "components/requested-by", "1.36", "add that username to"}},
-		{"many pauses", promo("prod.01j.abc", "kargo-shard-eu"), []*v1alpha1.StagePause{pause("a"), pause("b"), pause("c"), pause("d"), pause("e")},
-			[]string{"StagePause a (reason Manual), b (reason Manual), c (reason Manual), and 2 more covered"}},
-		{"many pauses, long names", promo("prod."+long, "system:serviceaccount:"+long[:100]), many,
-			[]string{"by system:serviceaccount:" + long[:100] + ","}},
-		{"a 900-character username", promo("prod."+long, strings.Repeat("u", 900)), many,
-			[]string{"by " + strings.Repeat("u", maxRequesterShown) + "…,"}},
-		{"not stamped, long names", promo("prod."+long, ""), many, []string{"by an unknown user"}},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			msg := gateBypassMessage(tc.p, tc.pauses)
-			if len(msg) > 1024 {
-				t.Errorf("message of %d characters, over an Event's 1024: %q", len(msg), msg)
-			}
-			for _, want := range append(tc.want, advice...) {
-				if !strings.Contains(msg, want) {
-					t.Errorf("message %q does not say %q", msg, want)
-				}
-			}
-		})
-	}
-}
-
-// TestRefusedGateBypassReportIsRetried: the API server refuses the first
-// GateBypassed Event of each bypass (a finished one, which no later event
-// of its own brings back, and an unfinished one). Each is reported once
-// Events can be written, and counted once.
-func TestRefusedGateBypassReportIsRetried(t *testing.T) {
-	objs := bypassObjects(time.Now())
-	runtimeObjs := make([]runtime.Object, 0, len(objs))
+// TestGateBypassOfAFinishedPromotionIsReportedAtStart: an auto-promotion
+// passed the gate of a paused Stage and finished while no operator ran.
+// The starting operator's list sees it once, and reports it, although it
+// never caches it; another operator after it finds the Event there.
+func TestGateBypassOfAFinishedPromotionIsReportedAtStart(t *testing.T) {
+	now := time.Now()
+	objs := bypassObjects(now)
 	for _, o := range objs {
 		if o.GetKind() == "Promotion" && o.GetName() == "bypass" {
 			o.Object["status"] = map[string]any{"phase": "Succeeded"}
 		}
-		runtimeObjs = append(runtimeObjs, o)
 	}
-	client := newFakeDynamic(runtimeObjs...)
-	kube := kubefake.NewClientset()
-	var refused atomic.Int64
-	kube.PrependReactor("create", "events", func(a k8stesting.Action) (bool, runtime.Object, error) {
-		if e, ok := a.(k8stesting.CreateAction).GetObject().(*corev1.Event); ok && e.Reason == api.ReasonGateBypassed && refused.Load() < 2 {
-			refused.Add(1)
-			return true, nil, apierrors.NewInternalError(errors.New("etcd is unwell"))
-		}
-		return false, nil, nil
-	})
+	f := newFixtureWith(t, false, nil, objs...)
+	labels := map[string]string{metrics.LabelProject: "shop", metrics.LabelStage: "prod"}
+	waitUntil(t, func() bool { return bypassCount(t, f.reg, labels) == 2 })
+	related := map[string]bool{}
+	for _, e := range gateBypassEvents(t, f) {
+		related[e.Related.Name] = true
+	}
+	if len(related) != 2 || !related["bypass"] || !related["controller"] {
+		t.Errorf("GateBypassed about %v, want the finished bypass and the unfinished controller one", related)
+	}
+	if got := cachedNames(f.c, "prod"); slices.Contains(got, "bypass") {
+		t.Errorf("cached %v: the finished bypass", got)
+	}
+
+	// The next operator judges it again from its own list (two more
+	// creates), and finds the Event made: no second warning, no count.
+	creates := countGateBypassCreates(f.kube)
 	reg := prometheus.NewRegistry()
-	c, err := New(Config{Dynamic: client, Kube: kube, Recorder: record.NewFakeRecorder(100), Metrics: metrics.New(reg, "test")})
+	c, err := New(Config{Dynamic: f.client, Kube: f.kube, Recorder: f.recorder, Metrics: metrics.New(reg, "test")})
 	if err != nil {
 		t.Fatal(err)
 	}
-	c.bypass.retryAfter = 20 * time.Millisecond
-	_, ctx := ktesting.NewTestContext(t)
-	ctx, cancel := context.WithCancel(ctx)
+	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() { defer close(done); _ = c.Run(ctx) }()
 	defer func() { cancel(); <-done }()
-
-	labels := map[string]string{metrics.LabelProject: "shop", metrics.LabelStage: "prod"}
-	waitUntil(t, func() bool { return bypassCount(t, reg, labels) == 2 })
-	if n := refused.Load(); n != 2 {
-		t.Errorf("%d reports refused, want the first 2", n)
+	waitUntil(t, c.HasSynced)
+	waitUntil(t, func() bool { return creates.Load() == 2 })
+	if n := len(gateBypassEvents(t, f)); n != 2 {
+		t.Errorf("%d GateBypassed Events after a restart, want still 2", n)
 	}
-	list, err := kube.CoreV1().Events("shop").List(context.Background(), metav1.ListOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	related := map[string]int{}
-	for _, e := range list.Items {
-		if e.Reason == api.ReasonGateBypassed {
-			related[e.Related.Name]++
-		}
-	}
-	if len(related) != 2 || related["bypass"] != 1 || related["controller"] != 1 {
-		t.Errorf("GateBypassed Events %v, want one for each bypass", related)
+	if got := bypassCount(t, reg, labels); got != 0 {
+		t.Errorf("the restarted operator counted %v bypasses, want 0", got)
 	}
 }

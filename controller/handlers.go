@@ -42,7 +42,9 @@ func sameView(a, b *kargo.Stage) bool {
 // each Resync, delaying every reaction behind it.
 func (c *Controller) updatePromotion(oldObj, newObj any) {
 	if oldObj == newObj {
-		c.watchGateBypass(newObj)
+		if p, ok := newObj.(*kargo.Promotion); ok {
+			c.gateBypass.Observe(p)
+		}
 		return
 	}
 	c.enqueuePromotionStage(newObj)
@@ -50,20 +52,24 @@ func (c *Controller) updatePromotion(oldObj, newObj any) {
 
 // enqueuePromotionStage enqueues the Stage a Promotion is for: on its
 // creation, and when it ends or goes (it then leaves the cache of
-// unfinished Promotions as a delete: promotionwatch.go). A Promotion
-// without spec.stage (Kargo's schema requires one) concerns no Stage.
-// Before that, it looks whether the Promotion passed a pause gate that
-// should have stopped it (gatebypass.go): a sync of the Stage that follows
-// thus follows that look too.
+// unfinished Promotions as a delete: controller/promotioncache). A
+// Promotion without spec.stage (Kargo's schema requires one) concerns no
+// Stage. Before that, it looks whether the Promotion passed a pause gate
+// that should have stopped it (controller/gatebypass): a sync of the Stage
+// that follows thus follows that look too.
 func (c *Controller) enqueuePromotionStage(obj any) {
-	if tomb, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+	tomb, gone := obj.(cache.DeletedFinalStateUnknown)
+	if gone {
 		obj = tomb.Obj
-	} else {
-		c.watchGateBypass(obj)
 	}
 	p, ok := obj.(*kargo.Promotion)
-	if !ok || p.Stage == "" {
+	if !ok {
 		return
 	}
-	c.enqueue(cache.NewObjectName(p.Namespace, p.Stage))
+	if !gone {
+		c.gateBypass.Observe(p)
+	}
+	if p.Stage != "" {
+		c.enqueue(cache.NewObjectName(p.Namespace, p.Stage))
+	}
 }

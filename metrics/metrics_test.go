@@ -31,9 +31,9 @@ var contract = map[string]string{
 	// Not in the contract's list, but part of kargo-latch's API: the
 	// bad-input counter docs/bad-input.md documents.
 	"kargo_latch_invalid_input_total": "COUNTER input,project,stage",
-	// Issue 11: the pause gate failed open (controller/gatebypass.go).
+	// Issue 11: the pause gate failed open (controller/gatebypass).
 	"kargo_latch_gate_bypassed_total": "COUNTER project,stage",
-	// Issue 13: the bound on the Promotion cache (controller/promotionwatch.go).
+	// Issue 13: the bound on the Promotion cache (controller/promotioncache).
 	"kargo_latch_promotions_cached": "GAUGE ",
 	// StagePause status writes held back against a writer that keeps
 	// undoing them (controller/pausing/statuswrites.go).

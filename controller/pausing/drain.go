@@ -61,7 +61,7 @@ type DrainPlan struct {
 // auto-promotion queued and not yet asked to abort (an API server may admit
 // one a moment after the pause, before its gate's own view of the pauses
 // has it, or a Kargo running under an ungated identity may make one: see
-// gatebypass.go; its event brought this sync), and one this operator asked
+// controller/gatebypass; its event brought this sync), and one this operator asked
 // to abort for a covering pause whose status.drained does not list it yet.
 // liveOwed names the pause whose live drain failed before; cached are the
 // Stage's cached Promotions. It is pure: the sync judges with it.

@@ -82,19 +82,33 @@ func (r *Reporter) WarnAbout(obj runtime.Object, reason, format string, args ...
 // directly rather than through the recorder, which could lose it in a
 // crash. An Event already there under that name is the same report.
 func (r *Reporter) Once(ctx context.Context, stage *kargo.Stage, name, eventType, reason, msg string) error {
+	_, err := r.OnceAbout(ctx, stage, nil, name, eventType, reason, msg)
+	return err
+}
+
+// OnceAbout is Once for an Event that also names a related object (when
+// not nil: the Promotion a GateBypassed Warning is about), and reports
+// whether this call made it (false: it was there already), so that what
+// goes with the Event, a count, goes with it once over restarts and
+// replicas too.
+func (r *Reporter) OnceAbout(ctx context.Context, stage *kargo.Stage, related *corev1.ObjectReference, name, eventType, reason, msg string) (created bool, err error) {
 	now := metav1.NewTime(r.clock.Now())
 	ev := &corev1.Event{
 		ObjectMeta:     metav1.ObjectMeta{Name: name, Namespace: stage.Namespace},
 		InvolvedObject: *StageRef(stage),
+		Related:        related,
 		Reason:         reason, Message: Truncate(msg, MaxMessage), Type: eventType,
 		Source:         corev1.EventSource{Component: api.FieldManager},
 		FirstTimestamp: now, LastTimestamp: now, Count: 1,
 	}
-	_, err := r.kube.CoreV1().Events(stage.Namespace).Create(ctx, ev, metav1.CreateOptions{})
-	if err != nil && !apierrors.IsAlreadyExists(err) {
-		return fmt.Errorf("recording %s: %w", reason, err)
+	_, err = r.kube.CoreV1().Events(stage.Namespace).Create(ctx, ev, metav1.CreateOptions{})
+	switch {
+	case apierrors.IsAlreadyExists(err):
+		return false, nil
+	case err != nil:
+		return false, fmt.Errorf("recording %s: %w", reason, err)
 	}
-	return nil
+	return true, nil
 }
 
 // OnceName derives a once-only Event's name from the Stage, the kind of

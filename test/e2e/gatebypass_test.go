@@ -17,7 +17,7 @@ import (
 
 	"github.com/kargo-latch/kargo-latch/api"
 	"github.com/kargo-latch/kargo-latch/api/v1alpha1"
-	"github.com/kargo-latch/kargo-latch/controller"
+	"github.com/kargo-latch/kargo-latch/controller/gatebypass"
 	"github.com/kargo-latch/kargo-latch/kargo"
 	"github.com/kargo-latch/kargo-latch/latch"
 	"github.com/kargo-latch/kargo-latch/test/driver"
@@ -78,7 +78,7 @@ func pauseInForce(t *testing.T, s *driver.Stage, name string) {
 	must(t, err)
 	created := p.GetCreationTimestamp().Time
 	waitFor(t, "the pause to be older than the bypass margin", func() bool {
-		return time.Now().Truncate(time.Second).After(created.Add(controller.GateBypassMargin))
+		return time.Now().Truncate(time.Second).After(created.Add(gatebypass.Margin))
 	})
 }
 

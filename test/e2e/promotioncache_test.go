@@ -13,7 +13,7 @@ import (
 
 	"github.com/kargo-latch/kargo-latch/api"
 	"github.com/kargo-latch/kargo-latch/api/v1alpha1"
-	"github.com/kargo-latch/kargo-latch/controller"
+	"github.com/kargo-latch/kargo-latch/controller/gatebypass"
 	"github.com/kargo-latch/kargo-latch/latch"
 	"github.com/kargo-latch/kargo-latch/test/driver"
 )
@@ -89,7 +89,7 @@ func TestPromotionCacheHoldsOnlyUnfinished(t *testing.T) {
 	p, err := env.dyn.Resource(v1alpha1.StagePausesResource).Namespace(ns).Get(ctx, "hold", metav1.GetOptions{})
 	must(t, err)
 	waitFor(t, "the pause to be older than the bypass margin", func() bool {
-		return time.Now().Truncate(time.Second).After(p.GetCreationTimestamp().Add(controller.GateBypassMargin))
+		return time.Now().Truncate(time.Second).After(p.GetCreationTimestamp().Add(gatebypass.Margin))
 	})
 	bypass := finishedPromotions(t, otherKargo, ns, "prod", 1)[0]
 	var queued []string

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"slices"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -26,7 +25,6 @@ import (
 	"k8s.io/klog/v2"
 	"k8s.io/klog/v2/ktesting"
 
-	"github.com/kargo-latch/kargo-latch/api"
 	"github.com/kargo-latch/kargo-latch/api/v1alpha1"
 	"github.com/kargo-latch/kargo-latch/kargo"
 	"github.com/kargo-latch/kargo-latch/latch"
@@ -115,180 +113,6 @@ func TestOnlyUnfinishedPromotionsAreCached(t *testing.T) {
 	if got := gauge(t, f.reg, "kargo_latch_promotions_cached"); got != 3 {
 		t.Errorf("kargo_latch_promotions_cached = %v after one ended, want 3", got)
 	}
-
-	// A new Promotion is cached while it runs; one made finished never is.
-	if _, err := promotions.Create(context.Background(), promotionObject("prod.90003.new", "prod", "", time.Now()), metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := promotions.Create(context.Background(), promotionObject("prod.90004.done", "prod", "Succeeded", time.Now()), metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	waitUntil(t, func() bool { return len(cachedNames(f.c, "prod")) == 3 })
-	if got := cachedNames(f.c, "prod"); slices.Contains(got, "prod.90004.done") {
-		t.Errorf("cached %v: a finished Promotion", got)
-	}
-}
-
-// pagedPromotions serves a project's Promotions in pages of at most limit,
-// as the API server does, and records the options of each list.
-type pagedPromotions struct {
-	items []unstructured.Unstructured
-	mu    sync.Mutex
-	asked []metav1.ListOptions
-}
-
-func (p *pagedPromotions) react(a k8stesting.Action) (bool, runtime.Object, error) {
-	opts := a.(k8stesting.ListActionImpl).ListOptions
-	p.mu.Lock()
-	p.asked = append(p.asked, opts)
-	p.mu.Unlock()
-	start := 0
-	if opts.Continue != "" {
-		if _, err := fmt.Sscan(opts.Continue, &start); err != nil {
-			return true, nil, apierrors.NewBadRequest("bad continue")
-		}
-	}
-	end := min(start+int(opts.Limit), len(p.items))
-	if opts.Limit == 0 {
-		end = len(p.items)
-	}
-	list := &unstructured.UnstructuredList{Object: map[string]any{"apiVersion": kargo.GroupVersion.String(), "kind": "PromotionList"}}
-	list.SetResourceVersion("42")
-	if end < len(p.items) {
-		list.SetContinue(fmt.Sprint(end))
-	}
-	list.Items = p.items[start:end]
-	return true, list, nil
-}
-
-// TestPromotionListPagesAndReturnsOnlyUnfinished: the list reads the
-// project page by page (never all of it in one answer) from the most
-// recent snapshot, and returns the unfinished Promotions alone, with the
-// snapshot's resourceVersion for the watch to start from.
-func TestPromotionListPagesAndReturnsOnlyUnfinished(t *testing.T) {
-	paged := &pagedPromotions{}
-	for _, o := range projectHistory(1200) {
-		if o.GetKind() == "Promotion" && o.GetLabels()[kargo.StageLabel] == "prod" {
-			paged.items = append(paged.items, *o)
-		}
-	}
-	client := newFakeDynamic()
-	client.PrependReactor("list", "promotions", paged.react)
-	c, err := New(Config{Dynamic: client, Kube: kubefake.NewClientset(), Metrics: metrics.New(prometheus.NewRegistry(), "test")})
-	if err != nil {
-		t.Fatal(err)
-	}
-	src := &promotionSource{c: c, ns: "shop"}
-	selector := kargo.StageLabel + "=prod"
-	obj, err := src.list(context.Background(), metav1.ListOptions{ResourceVersion: "0", LabelSelector: selector})
-	if err != nil {
-		t.Fatal(err)
-	}
-	list := obj.(*kargo.PromotionList)
-	var names []string
-	for _, p := range list.Items {
-		names = append(names, p.Name)
-	}
-	if want := []string{"prod.90000.queued", "prod.90001.pending", "prod.90002.running"}; !slices.Equal(names, want) {
-		t.Errorf("the list returned %v, want only %v", names, want)
-	}
-	if list.ResourceVersion != "42" {
-		t.Errorf("resourceVersion %q, want the snapshot's 42", list.ResourceVersion)
-	}
-	if len(paged.asked) != 3 {
-		t.Fatalf("%d pages read of 1,203 Promotions, want 3", len(paged.asked))
-	}
-	for i, opts := range paged.asked {
-		if opts.Limit != promotionListPage || opts.ResourceVersion != "" || opts.LabelSelector != selector {
-			t.Errorf("page %d read with %+v, want limit %d, the most recent snapshot and the selector", i, opts, promotionListPage)
-		}
-	}
-	if got := paged.asked[2].Continue; got != "1000" {
-		t.Errorf("the third page continued from %q, want the second's token", got)
-	}
-}
-
-// TestExpiredWatchRelistsAndPrunes: a watch that expires (410 Gone) makes
-// the informer list again; a Promotion deleted meanwhile, whose delete the
-// watch never told, leaves the cache then.
-func TestExpiredWatchRelistsAndPrunes(t *testing.T) {
-	var expiring atomic.Pointer[watch.RaceFreeFakeWatcher]
-	var watches atomic.Int64
-	f := newFixtureWith(t, false, func(f *fixture) {
-		f.client.PrependWatchReactor("promotions", func(k8stesting.Action) (bool, watch.Interface, error) {
-			if watches.Add(1) > 1 {
-				return false, nil, nil // the relist's watch: the fake's own
-			}
-			w := watch.NewRaceFreeFake()
-			expiring.Store(w)
-			return true, w, nil
-		})
-	}, projectHistory(4)...)
-	waitUntil(t, func() bool { return f.c.HasSynced() && expiring.Load() != nil })
-	if got := len(cachedNames(f.c, "prod")); got != 3 {
-		t.Fatalf("%d cached, want 3", got)
-	}
-	// Deleted while the watch sees nothing (its events are lost).
-	if err := f.client.Tracker().Delete(kargo.PromotionsResource, "shop", "prod.90001.pending"); err != nil {
-		t.Fatal(err)
-	}
-	expiring.Load().Error(&metav1.Status{Status: metav1.StatusFailure, Code: 410, Reason: metav1.StatusReasonExpired, Message: "too old resource version"})
-	want := []string{"prod.90000.queued", "prod.90002.running"}
-	waitUntil(t, func() bool { return slices.Equal(cachedNames(f.c, "prod"), want) })
-	if n := watches.Load(); n < 2 {
-		t.Errorf("%d watches, want a second after the relist", n)
-	}
-}
-
-// TestGateBypassOfAFinishedPromotionIsReportedAtStart: an auto-promotion
-// passed the gate of a paused Stage and finished while no operator ran.
-// The starting operator's list sees it once, and reports it, although it
-// never caches it; another operator after it finds the Event there.
-func TestGateBypassOfAFinishedPromotionIsReportedAtStart(t *testing.T) {
-	now := time.Now()
-	objs := bypassObjects(now)
-	for _, o := range objs {
-		if o.GetKind() == "Promotion" && o.GetName() == "bypass" {
-			o.Object["status"] = map[string]any{"phase": "Succeeded"}
-		}
-	}
-	f := newFixtureWith(t, false, nil, objs...)
-	labels := map[string]string{metrics.LabelProject: "shop", metrics.LabelStage: "prod"}
-	waitUntil(t, func() bool { return bypassCount(t, f.reg, labels) == 2 })
-	related := map[string]bool{}
-	for _, e := range gateBypassEvents(t, f) {
-		related[e.Related.Name] = true
-	}
-	if len(related) != 2 || !related["bypass"] || !related["controller"] {
-		t.Errorf("GateBypassed about %v, want the finished bypass and the unfinished controller one", related)
-	}
-	if got := cachedNames(f.c, "prod"); slices.Contains(got, "bypass") {
-		t.Errorf("cached %v: the finished bypass", got)
-	}
-
-	// The next operator judges it again from its own list, and finds the
-	// Event made: no second warning, no count.
-	reg := prometheus.NewRegistry()
-	c, err := New(Config{Dynamic: f.client, Kube: f.kube, Recorder: f.recorder, Metrics: metrics.New(reg, "test")})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() { defer close(done); _ = c.Run(ctx) }()
-	defer func() { cancel(); <-done }()
-	waitUntil(t, c.HasSynced)
-	waitUntil(t, func() bool {
-		c.bypass.mu.Lock()
-		defer c.bypass.mu.Unlock()
-		return len(c.bypass.reported) == 2
-	})
-	if n := len(gateBypassEvents(t, f)); n != 2 {
-		t.Errorf("%d GateBypassed Events after a restart, want still 2", n)
-	}
-	if got := bypassCount(t, reg, labels); got != 0 {
-		t.Errorf("the restarted operator counted %v bypasses, want 0", got)
-	}
 }
 
 // newFakeDynamic is a fake dynamic client as the fixture's, holding objs.
@@ -357,35 +181,6 @@ func TestPromotionCacheReadiness(t *testing.T) {
 
 	refuseWatch.Store(false)
 	waitUntil(t, func() bool { return f.c.Ready() == nil })
-}
-
-// A finished Promotion that a drain of this operator aborted
-// (kargo-latch.io/drained-by) stays cached: the drain may still owe it its
-// line in status.drained, and a restart must find it (drainFor).
-func TestPromotionAbortedByADrainStaysCached(t *testing.T) {
-	aborted := promotionObject("prod.90005.drained", "prod", "Aborted", time.Now())
-	aborted.SetAnnotations(map[string]string{kargo.AbortAnnotation: "terminate", api.DrainedByAnnotation: "hold-uid"})
-	f := newFixtureWith(t, false, nil, append(projectHistory(10), aborted)...)
-	waitUntil(t, f.c.HasSynced)
-	if got := cachedNames(f.c, "prod"); !slices.Contains(got, "prod.90005.drained") {
-		t.Errorf("cached %v, want the drained Promotion among them", got)
-	}
-}
-
-// An event of a finished Promotion the cache does not hold is passed on as
-// a bookmark at its resourceVersion, so that the reflector's version moves
-// on with the project's events (most of them about finished Promotions).
-func TestDroppedPromotionEventMovesTheResourceVersion(t *testing.T) {
-	s := &promotionSource{c: &Controller{cfg: Config{DryRun: true}, bypass: newBypassWatch()}}
-	finished := promotionObject("prod.1.done", "prod", "Succeeded", time.Now().Add(-2*time.Hour))
-	finished.SetResourceVersion("4242")
-	e, keep := s.unfinishedOnly(&heldPromotions{keys: map[string]bool{}}, watch.Event{Type: watch.Modified, Object: finished})
-	if !keep || e.Type != watch.Bookmark {
-		t.Fatalf("event %v kept %v, want a bookmark", e.Type, keep)
-	}
-	if rv := e.Object.(*kargo.Promotion).ResourceVersion; rv != "4242" {
-		t.Errorf("bookmark at %q, want 4242", rv)
-	}
 }
 
 // A Promotion list that keeps failing with an error nobody can diagnose (a
