@@ -83,3 +83,119 @@ func TestRecordlessStageFailures(t *testing.T) {
 		t.Errorf("with no window, a record-less Stage's failure was acted on: %+v", res.Actions)
 	}
 }
+
+// stepFailureCases are TestStep's cases of promotions and verifications
+// that end: failures, errors, aborts, and Freight moving under them.
+func stepFailureCases() map[string]stepCase {
+	return map[string]stepCase{
+		"a failed verification fails the cycle": {
+			prior: latched(),
+			obs:   with(stageAfterP1(HealthHealthy), func(o *Observation) { o.Verification = failedVerification }),
+			now:   at(minutes(4)),
+			want: Result{
+				Record: func() Record {
+					r := latched()
+					r.ExaminedVerification = "v1"
+					return failedAt(r, minutes(4), ReasonVerificationFailed, "verification v1 failed: analysis failed")
+				}(),
+				Actions: []Action{{Kind: ActionFailed, Reason: ReasonVerificationFailed, Message: "verification v1 failed: analysis failed"}},
+			},
+		},
+		"an errored verification fails the cycle": {
+			prior: latched(),
+			obs: with(stageAfterP1(HealthHealthy), func(o *Observation) {
+				o.Verification = &Verification{ID: "v2", Phase: VerificationError}
+			}),
+			now: at(minutes(4)),
+			want: Result{
+				Record: func() Record {
+					r := latched()
+					r.ExaminedVerification = "v2"
+					return failedAt(r, minutes(4), ReasonVerificationError, "verification v2 errored")
+				}(),
+				Actions: []Action{{Kind: ActionFailed, Reason: ReasonVerificationError, Message: "verification v2 errored"}},
+			},
+		},
+		"a verification a user aborted is not a failure": {
+			prior: latched(),
+			obs: with(stageAfterP1(HealthHealthy), func(o *Observation) {
+				o.Verification = &Verification{ID: "v3", Phase: VerificationFailed, Message: UserAbortMessage}
+			}),
+			now: at(minutes(4)),
+			want: Result{Record: func() Record {
+				r := latched()
+				r.ExaminedVerification = "v3"
+				return r
+			}()},
+		},
+		"a running verification is not judged yet": {
+			prior: latched(),
+			obs: with(stageAfterP1(HealthHealthy), func(o *Observation) {
+				o.Verification = &Verification{ID: "v4", Phase: VerificationRunning}
+			}),
+			now:  at(minutes(4)),
+			want: Result{Record: latched()},
+		},
+		"a verification already judged is not judged again": {
+			prior: func() Record { r := latched(); r.ExaminedVerification = "v1"; return r }(),
+			obs:   with(stageAfterP1(HealthHealthy), func(o *Observation) { o.Verification = failedVerification }),
+			now:   at(minutes(4)),
+			want:  Result{Record: func() Record { r := latched(); r.ExaminedVerification = "v1"; return r }()},
+		},
+		"a failed promotion fails the cycle": {
+			prior: latched(),
+			obs:   Observation{LastPromotion: promo("p2", PromotionFailed, minutes(9)), FreightID: "F1", Health: HealthUnknown},
+			now:   at(minutes(10)),
+			want: Result{
+				Record: func() Record {
+					r := latched()
+					r.ExaminedPromotion = "p2"
+					return failedAt(r, minutes(10), ReasonPromotionFailed, "Promotion p2 failed")
+				}(),
+				Actions: []Action{{Kind: ActionFailed, Reason: ReasonPromotionFailed, Message: "Promotion p2 failed"}},
+			},
+		},
+		"an errored promotion fails an Idle Stage": {
+			prior: Record{Phase: PhaseIdle},
+			obs:   Observation{LastPromotion: promo("p1", PromotionErrored, 0)},
+			now:   at(minutes(1)),
+			want: Result{
+				Record:  failedAt(Record{Phase: PhaseIdle, ExaminedPromotion: "p1"}, minutes(1), ReasonPromotionErrored, "Promotion p1 errored"),
+				Actions: []Action{{Kind: ActionFailed, Reason: ReasonPromotionErrored, Message: "Promotion p1 errored"}},
+			},
+		},
+		"an aborted promotion keeps the latch although Kargo reports Unknown": {
+			prior: latched(),
+			obs:   Observation{LastPromotion: promo("p2", PromotionAborted, minutes(9)), FreightID: "F1", Health: HealthUnknown},
+			now:   at(minutes(30)),
+			want:  Result{Record: func() Record { r := latched(); r.ExaminedPromotion = "p2"; return r }()},
+		},
+		"Freight moving under an aborted lastPromotion starts a cycle (replay order)": {
+			prior: func() Record { r := latched(); r.ExaminedPromotion = "p3"; return r }(),
+			obs:   Observation{LastPromotion: promo("p3", PromotionAborted, minutes(9)), FreightID: "F2", Freight: "f-p2", Health: HealthUnknown},
+			now:   at(minutes(12)),
+			want: Result{
+				Record: func() Record {
+					r := latched()
+					r.ExaminedPromotion, r.Promotion, r.Freight, r.FreightID = "p3", "", "f-p2", "F2"
+					r.Phase, r.PromotedAt, r.LatchedAt, r.LatchedBy, r.Verification = PhasePromoted, ptr(minutes(12)), nil, "", nil
+					return r
+				}(),
+				Actions:      []Action{{Kind: ActionCycleStarted, Message: "new cycle for freight f-p2"}},
+				RequeueAfter: minutes(30),
+			},
+		},
+		"Freight arriving after its own promotion does not restart the cycle": {
+			prior: func() Record { r := promoted(); r.FreightID = ""; return r }(),
+			obs:   stageAfterP1(HealthMissing),
+			now:   at(minutes(1)),
+			want:  Result{Record: promoted(), RequeueAfter: minutes(29)},
+		},
+		"Failed stays Failed when health recovers": {
+			prior: failedAt(degraded(minutes(3)), minutes(8), ReasonDegraded, "x"),
+			obs:   stageAfterP1(HealthHealthy),
+			now:   at(minutes(9)),
+			want:  Result{Record: failedAt(degraded(minutes(3)), minutes(8), ReasonDegraded, "x")},
+		},
+	}
+}

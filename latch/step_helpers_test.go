@@ -50,6 +50,10 @@ func failedAt(r Record, d time.Duration, reason FailureReason, msg string) Recor
 	return r
 }
 
+// failedVerification is a verification that failed, which some cases of
+// TestStep observe.
+var failedVerification = &Verification{ID: "v1", Phase: VerificationFailed, Message: "analysis failed"}
+
 // stageAfterP1 is what Kargo shows after p1 succeeded, with the given health.
 func stageAfterP1(h Health) Observation {
 	return Observation{LastPromotion: promo("p1", PromotionSucceeded, 0), FreightID: "F1", Freight: "f-p1", Health: h}
