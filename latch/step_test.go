@@ -1,80 +1,60 @@
 package latch
 
 import (
-	"fmt"
-	"strings"
 	"testing"
 	"time"
-	"unicode/utf8"
 
 	"github.com/google/go-cmp/cmp"
 	"github.com/google/go-cmp/cmp/cmpopts"
 )
 
-var t0 = time.Date(2026, 11, 29, 12, 0, 0, 0, time.UTC)
-
-func at(d time.Duration) time.Time   { return t0.Add(d) }
-func ptr(d time.Duration) *time.Time { t := at(d); return &t }
-func ptrTime(t time.Time) *time.Time { return &t }
-func minutes(n int) time.Duration    { return time.Duration(n) * time.Minute }
-func defaults() Settings             { return Settings{LatchDeadline: minutes(30), DegradedGrace: minutes(5)} }
-func promo(name string, p PromotionPhase, finished time.Duration) *Promotion {
-	return &Promotion{Name: name, Phase: p, FinishedAt: ptr(finished), Freight: "f-" + name}
+// stepCase is one case of TestStep: Step, given settings (defaults() when
+// zero), the prior record, the observation and the time, returns want.
+type stepCase struct {
+	settings Settings
+	prior    Record
+	obs      Observation
+	now      time.Time
+	want     Result
 }
 
-// promoted is the record of a cycle for promotion p1 (freight F1) that
-// finished at t0.
-func promoted() Record {
-	return Record{
-		Promotion: "p1", Freight: "f-p1", FreightID: "F1", Phase: PhasePromoted,
-		PromotedAt: ptr(0), ExaminedPromotion: "p1",
-	}
-}
-
-func latched() Record {
-	r := promoted()
-	r.Phase, r.LatchedAt, r.LatchedBy = PhaseLatched, ptr(minutes(2)), LatchedByStage
-	v := VerificationRecord{Actor: Actor, StartTime: at(0), FinishTime: at(minutes(2)), Phase: VerificationSuccessful, Message: "Stage became Healthy after promotion p1"}
-	r.Verification, r.History = &v, []VerificationRecord{v}
-	return r
-}
-
-func degraded(since time.Duration) Record {
-	r := latched()
-	r.Phase, r.DegradedSince = PhaseDegraded, ptr(since)
-	return r
-}
-
-// failedAt turns r into the record of a failure judged at d.
-func failedAt(r Record, d time.Duration, reason FailureReason, msg string) Record {
-	r = r.clone()
-	start := at(d)
-	if r.PromotedAt != nil {
-		start = *r.PromotedAt
-	}
-	v := VerificationRecord{Actor: Actor, StartTime: start, FinishTime: at(d), Phase: VerificationFailed, Message: msg}
-	r.Phase, r.DegradedSince = PhaseFailed, nil
-	r.Failure = &Failure{Reason: reason, Message: msg, At: at(d)}
-	r.Verification, r.History = &v, append([]VerificationRecord{v}, r.History...)
-	return r
-}
-
-// stageAfterP1 is what Kargo shows after p1 succeeded, with the given health.
-func stageAfterP1(h Health) Observation {
-	return Observation{LastPromotion: promo("p1", PromotionSucceeded, 0), FreightID: "F1", Freight: "f-p1", Health: h}
-}
-
-func with(o Observation, edit func(*Observation)) Observation { edit(&o); return o }
-
+// TestStep runs the cases of each part of the latch: a cycle up to its
+// latch (stepCycleCases), the health after it (stepHealthCases, in
+// step_health_test.go), failures (stepFailureCases, step_failure_test.go)
+// and pauses (stepPauseCases, step_pause_test.go).
 func TestStep(t *testing.T) {
-	failedVerification := &Verification{ID: "v1", Phase: VerificationFailed, Message: "analysis failed"}
-	cases := map[string]struct {
-		settings Settings
-		prior    Record
-		obs      Observation
-		now      time.Time
-		want     Result
-	}{
+	cases := map[string]stepCase{}
+	for _, group := range []map[string]stepCase{stepCycleCases(), stepHealthCases(), stepFailureCases(), stepPauseCases()} {
+		for name, tc := range group {
+			if _, ok := cases[name]; ok {
+				t.Fatalf("two cases named %q", name)
+			}
+			cases[name] = tc
+		}
+	}
+	ignoreIDs := cmpopts.IgnoreFields(VerificationRecord{}, "ID")
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			s := tc.settings
+			if s == (Settings{}) {
+				s = defaults()
+			}
+			prior := tc.prior.clone()
+			got := Step(s, tc.prior, tc.obs, tc.now)
+			if diff := cmp.Diff(tc.want, got, ignoreIDs, cmpopts.EquateEmpty()); diff != "" {
+				t.Errorf("Step() mismatch (-want +got):\n%s", diff)
+			}
+			if diff := cmp.Diff(prior, tc.prior, cmpopts.EquateEmpty()); diff != "" {
+				t.Errorf("Step() modified its prior record (-before +after):\n%s", diff)
+			}
+		})
+	}
+}
+
+// stepCycleCases are TestStep's cases of a cycle up to its latch: the first
+// look at a Stage, a new promotion, latching, and the latch deadline.
+func stepCycleCases() map[string]stepCase {
+	return map[string]stepCase{
 		"a Stage never promoted is Idle": {
 			obs:  Observation{Health: HealthHealthy},
 			now:  at(0),
@@ -181,540 +161,5 @@ func TestStep(t *testing.T) {
 				Actions: []Action{{Kind: ActionFailed, Reason: ReasonLatchDeadlineExceeded, Message: "Stage was not Healthy within 30m0s of promotion p1"}},
 			},
 		},
-		"Latched ignores Progressing and counts the flap": {
-			prior: latched(),
-			obs:   with(stageAfterP1(HealthProgressing), func(o *Observation) { o.PreviousHealth = HealthHealthy }),
-			now:   at(minutes(3)),
-			want: Result{
-				Record:  latched(),
-				Actions: []Action{{Kind: ActionProgressingIgnored, Message: "Stage is Progressing; the latch holds"}},
-			},
-		},
-		"Latched counts a Progressing flap once": {
-			prior: latched(),
-			obs:   with(stageAfterP1(HealthProgressing), func(o *Observation) { o.PreviousHealth = HealthProgressing }),
-			now:   at(minutes(3)),
-			want:  Result{Record: latched()},
-		},
-		"Latched stays on NotApplicable": {
-			prior: latched(),
-			obs:   stageAfterP1(HealthNotApplicable),
-			now:   at(minutes(3)),
-			want:  Result{Record: latched()},
-		},
-		"Latched and Unhealthy degrades": {
-			prior: latched(),
-			obs:   stageAfterP1(HealthUnhealthy),
-			now:   at(minutes(3)),
-			want: Result{
-				Record:       degraded(minutes(3)),
-				Actions:      []Action{{Kind: ActionDegraded, Message: "Stage health is Unhealthy after the latch"}},
-				RequeueAfter: minutes(5),
-			},
-		},
-		"Latched and missing health degrades": {
-			prior: latched(),
-			obs:   stageAfterP1(HealthMissing),
-			now:   at(minutes(3)),
-			want: Result{
-				Record:       degraded(minutes(3)),
-				Actions:      []Action{{Kind: ActionDegraded, Message: "Stage health is missing after the latch"}},
-				RequeueAfter: minutes(5),
-			},
-		},
-		"a zero grace fails at once": {
-			settings: Settings{LatchDeadline: minutes(30)},
-			prior:    latched(),
-			obs:      stageAfterP1(HealthUnknown),
-			now:      at(minutes(3)),
-			want: Result{
-				Record: failedAt(latched(), minutes(3), ReasonDegraded, "Stage health stayed Unknown for 0s after the latch"),
-				Actions: []Action{
-					{Kind: ActionDegraded, Message: "Stage health is Unknown after the latch"},
-					{Kind: ActionFailed, Reason: ReasonDegraded, Message: "Stage health stayed Unknown for 0s after the latch"},
-				},
-			},
-		},
-		"Degraded and Healthy recovers": {
-			prior: degraded(minutes(3)),
-			obs:   stageAfterP1(HealthHealthy),
-			now:   at(minutes(4)),
-			want: Result{
-				Record:  latched(),
-				Actions: []Action{{Kind: ActionRecovered, Message: "Stage health is Healthy again"}},
-			},
-		},
-		"Degraded and Progressing holds the grace": {
-			prior: degraded(minutes(3)),
-			obs:   stageAfterP1(HealthProgressing),
-			now:   at(minutes(4)),
-			want:  Result{Record: degraded(minutes(3)), RequeueAfter: minutes(4)},
-		},
-		"Degraded past the grace fails": {
-			prior: degraded(minutes(3)),
-			obs:   stageAfterP1(HealthUnhealthy),
-			now:   at(minutes(8)),
-			want: Result{
-				Record:  failedAt(degraded(minutes(3)), minutes(8), ReasonDegraded, "Stage health stayed Unhealthy for 5m0s after the latch"),
-				Actions: []Action{{Kind: ActionFailed, Reason: ReasonDegraded, Message: "Stage health stayed Unhealthy for 5m0s after the latch"}},
-			},
-		},
-		"Degraded holds while a promotion runs, past the grace": {
-			prior: degraded(minutes(3)),
-			obs:   with(stageAfterP1(HealthUnknown), func(o *Observation) { o.PromotionRunning = true }),
-			now:   at(minutes(20)),
-			want:  Result{Record: degraded(minutes(3))},
-		},
-		"Latched holds on a health string Kargo does not define": {
-			prior: latched(),
-			obs:   with(stageAfterP1(HealthUnknown), func(o *Observation) { o.HealthInvalid = true }),
-			now:   at(minutes(20)),
-			want:  Result{Record: latched()},
-		},
-		"Promoted does not latch on an invalid health string and its deadline runs": {
-			prior: promoted(),
-			obs:   with(stageAfterP1(HealthUnknown), func(o *Observation) { o.HealthInvalid = true }),
-			now:   at(minutes(2)),
-			want:  Result{Record: promoted(), RequeueAfter: minutes(28)},
-		},
-		"Latched holds while a promotion runs": {
-			prior: latched(),
-			obs:   with(stageAfterP1(HealthUnknown), func(o *Observation) { o.PromotionRunning = true }),
-			now:   at(minutes(20)),
-			want:  Result{Record: latched()},
-		},
-		"a failed verification fails the cycle": {
-			prior: latched(),
-			obs:   with(stageAfterP1(HealthHealthy), func(o *Observation) { o.Verification = failedVerification }),
-			now:   at(minutes(4)),
-			want: Result{
-				Record: func() Record {
-					r := latched()
-					r.ExaminedVerification = "v1"
-					return failedAt(r, minutes(4), ReasonVerificationFailed, "verification v1 failed: analysis failed")
-				}(),
-				Actions: []Action{{Kind: ActionFailed, Reason: ReasonVerificationFailed, Message: "verification v1 failed: analysis failed"}},
-			},
-		},
-		"an errored verification fails the cycle": {
-			prior: latched(),
-			obs: with(stageAfterP1(HealthHealthy), func(o *Observation) {
-				o.Verification = &Verification{ID: "v2", Phase: VerificationError}
-			}),
-			now: at(minutes(4)),
-			want: Result{
-				Record: func() Record {
-					r := latched()
-					r.ExaminedVerification = "v2"
-					return failedAt(r, minutes(4), ReasonVerificationError, "verification v2 errored")
-				}(),
-				Actions: []Action{{Kind: ActionFailed, Reason: ReasonVerificationError, Message: "verification v2 errored"}},
-			},
-		},
-		"a verification a user aborted is not a failure": {
-			prior: latched(),
-			obs: with(stageAfterP1(HealthHealthy), func(o *Observation) {
-				o.Verification = &Verification{ID: "v3", Phase: VerificationFailed, Message: UserAbortMessage}
-			}),
-			now: at(minutes(4)),
-			want: Result{Record: func() Record {
-				r := latched()
-				r.ExaminedVerification = "v3"
-				return r
-			}()},
-		},
-		"a running verification is not judged yet": {
-			prior: latched(),
-			obs: with(stageAfterP1(HealthHealthy), func(o *Observation) {
-				o.Verification = &Verification{ID: "v4", Phase: VerificationRunning}
-			}),
-			now:  at(minutes(4)),
-			want: Result{Record: latched()},
-		},
-		"a verification already judged is not judged again": {
-			prior: func() Record { r := latched(); r.ExaminedVerification = "v1"; return r }(),
-			obs:   with(stageAfterP1(HealthHealthy), func(o *Observation) { o.Verification = failedVerification }),
-			now:   at(minutes(4)),
-			want:  Result{Record: func() Record { r := latched(); r.ExaminedVerification = "v1"; return r }()},
-		},
-		"a failed promotion fails the cycle": {
-			prior: latched(),
-			obs:   Observation{LastPromotion: promo("p2", PromotionFailed, minutes(9)), FreightID: "F1", Health: HealthUnknown},
-			now:   at(minutes(10)),
-			want: Result{
-				Record: func() Record {
-					r := latched()
-					r.ExaminedPromotion = "p2"
-					return failedAt(r, minutes(10), ReasonPromotionFailed, "Promotion p2 failed")
-				}(),
-				Actions: []Action{{Kind: ActionFailed, Reason: ReasonPromotionFailed, Message: "Promotion p2 failed"}},
-			},
-		},
-		"an errored promotion fails an Idle Stage": {
-			prior: Record{Phase: PhaseIdle},
-			obs:   Observation{LastPromotion: promo("p1", PromotionErrored, 0)},
-			now:   at(minutes(1)),
-			want: Result{
-				Record:  failedAt(Record{Phase: PhaseIdle, ExaminedPromotion: "p1"}, minutes(1), ReasonPromotionErrored, "Promotion p1 errored"),
-				Actions: []Action{{Kind: ActionFailed, Reason: ReasonPromotionErrored, Message: "Promotion p1 errored"}},
-			},
-		},
-		"an aborted promotion keeps the latch although Kargo reports Unknown": {
-			prior: latched(),
-			obs:   Observation{LastPromotion: promo("p2", PromotionAborted, minutes(9)), FreightID: "F1", Health: HealthUnknown},
-			now:   at(minutes(30)),
-			want:  Result{Record: func() Record { r := latched(); r.ExaminedPromotion = "p2"; return r }()},
-		},
-		"Freight moving under an aborted lastPromotion starts a cycle (replay order)": {
-			prior: func() Record { r := latched(); r.ExaminedPromotion = "p3"; return r }(),
-			obs:   Observation{LastPromotion: promo("p3", PromotionAborted, minutes(9)), FreightID: "F2", Freight: "f-p2", Health: HealthUnknown},
-			now:   at(minutes(12)),
-			want: Result{
-				Record: func() Record {
-					r := latched()
-					r.ExaminedPromotion, r.Promotion, r.Freight, r.FreightID = "p3", "", "f-p2", "F2"
-					r.Phase, r.PromotedAt, r.LatchedAt, r.LatchedBy, r.Verification = PhasePromoted, ptr(minutes(12)), nil, "", nil
-					return r
-				}(),
-				Actions:      []Action{{Kind: ActionCycleStarted, Message: "new cycle for freight f-p2"}},
-				RequeueAfter: minutes(30),
-			},
-		},
-		"Freight arriving after its own promotion does not restart the cycle": {
-			prior: func() Record { r := promoted(); r.FreightID = ""; return r }(),
-			obs:   stageAfterP1(HealthMissing),
-			now:   at(minutes(1)),
-			want:  Result{Record: promoted(), RequeueAfter: minutes(29)},
-		},
-		"Failed stays Failed when health recovers": {
-			prior: failedAt(degraded(minutes(3)), minutes(8), ReasonDegraded, "x"),
-			obs:   stageAfterP1(HealthHealthy),
-			now:   at(minutes(9)),
-			want:  Result{Record: failedAt(degraded(minutes(3)), minutes(8), ReasonDegraded, "x")},
-		},
-		"a hotfix while Failed and paused starts a cycle and keeps the pauses": {
-			prior: func() Record {
-				r := failedAt(degraded(minutes(3)), minutes(8), ReasonDegraded, "x")
-				r.Pauses = []string{"stage-degraded"}
-				return r
-			}(),
-			obs: Observation{LastPromotion: promo("p2", PromotionSucceeded, minutes(20)), FreightID: "F2", Freight: "f-p2", Health: HealthHealthy, Pauses: []string{"stage-degraded"}},
-			now: at(minutes(21)),
-			want: Result{
-				Record: func() Record {
-					r := failedAt(degraded(minutes(3)), minutes(8), ReasonDegraded, "x")
-					r.Pauses = []string{"stage-degraded"}
-					r.Promotion, r.Freight, r.FreightID, r.ExaminedPromotion = "p2", "f-p2", "F2", "p2"
-					r.Phase, r.PromotedAt, r.LatchedAt, r.Failure = PhaseLatched, ptr(minutes(20)), ptr(minutes(21)), nil
-					v := VerificationRecord{Actor: Actor, StartTime: at(minutes(20)), FinishTime: at(minutes(21)), Phase: VerificationSuccessful, Message: "Stage became Healthy after promotion p2"}
-					r.Verification, r.History = &v, append([]VerificationRecord{v}, r.History...)
-					return r
-				}(),
-				Actions: []Action{
-					{Kind: ActionCycleStarted, Message: "new cycle for promotion p2"},
-					{Kind: ActionLatched, Message: "Stage became Healthy after promotion p2", TimeToLatch: minutes(1)},
-				},
-			},
-		},
-		"a failure with pause-on-failure names its pause and asks for it": {
-			settings: Settings{LatchDeadline: minutes(30), DegradedGrace: minutes(5), PauseOnFailure: true},
-			prior:    degraded(minutes(3)),
-			obs:      with(stageAfterP1(HealthUnhealthy), func(o *Observation) { o.Stage = "prod" }),
-			now:      at(minutes(8)),
-			want: Result{
-				Record: func() Record {
-					r := failedAt(degraded(minutes(3)), minutes(8), ReasonDegraded, "Stage health stayed Unhealthy for 5m0s after the latch")
-					r.Failure.Pause = "prod-degraded-42a3aacd"
-					return r
-				}(),
-				Actions: []Action{
-					{Kind: ActionFailed, Reason: ReasonDegraded, Message: "Stage health stayed Unhealthy for 5m0s after the latch"},
-					{Kind: ActionCreatePause, Reason: ReasonDegraded, Message: "Stage health stayed Unhealthy for 5m0s after the latch", Pause: "prod-degraded-42a3aacd"},
-				},
-			},
-		},
-		"a failure's pause deleted before its record was stored is a resume": {
-			settings: Settings{LatchDeadline: minutes(30), DegradedGrace: minutes(5), PauseOnFailure: true},
-			prior:    degraded(minutes(3)),
-			obs: with(stageAfterP1(HealthUnhealthy), func(o *Observation) {
-				o.Stage, o.Deleted = "prod", []string{"prod-degraded-42a3aacd"}
-			}),
-			now: at(minutes(8)),
-			want: Result{
-				Record: func() Record {
-					r := failedAt(degraded(minutes(3)), minutes(8), ReasonDegraded, "Stage health stayed Unhealthy for 5m0s after the latch")
-					r.Failure.Pause = "prod-degraded-42a3aacd"
-					return r
-				}(),
-				Actions: []Action{
-					{Kind: ActionFailed, Reason: ReasonDegraded, Message: "Stage health stayed Unhealthy for 5m0s after the latch"},
-					{Kind: ActionCreatePause, Reason: ReasonDegraded, Message: "Stage health stayed Unhealthy for 5m0s after the latch", Pause: "prod-degraded-42a3aacd"},
-					{Kind: ActionResumed, Message: "the last StagePause covering the Stage is gone"},
-				},
-			},
-		},
-		"a deleted pause whose resume is recorded resumes nothing again": {
-			settings: Settings{LatchDeadline: minutes(30), DegradedGrace: minutes(5), PauseOnFailure: true},
-			prior: func() Record {
-				r := failedAt(degraded(minutes(3)), minutes(8), ReasonDegraded, "x")
-				r.Failure.Pause = "prod-degraded-42a3aacd"
-				return r
-			}(),
-			obs: with(stageAfterP1(HealthUnhealthy), func(o *Observation) {
-				o.Stage, o.Deleted = "prod", []string{"prod-degraded-42a3aacd"}
-			}),
-			now: at(minutes(9)),
-			want: Result{Record: func() Record {
-				r := failedAt(degraded(minutes(3)), minutes(8), ReasonDegraded, "x")
-				r.Failure.Pause = "prod-degraded-42a3aacd"
-				return r
-			}()},
-		},
-		"a paused cycle not yet latched does not fail its deadline while Kargo is health-blind": {
-			// The drain aborted the Pending auto-promotion: Kargo makes it
-			// lastPromotion and stops judging health.
-			prior: func() Record { r := promoted(); r.Pauses = []string{"p"}; return r }(),
-			obs: Observation{LastPromotion: promo("p2", PromotionAborted, minutes(1)), FreightID: "F1", Freight: "f-p1",
-				Health: HealthUnknown, Pauses: []string{"p"}},
-			now:  at(minutes(45)),
-			want: Result{Record: func() Record { r := promoted(); r.Pauses, r.ExaminedPromotion = []string{"p"}, "p2"; return r }()},
-		},
-		"a resume restarts the latch deadline of a cycle not yet latched": {
-			prior: func() Record { r := promoted(); r.Pauses, r.ExaminedPromotion = []string{"p"}, "p2"; return r }(),
-			obs: Observation{LastPromotion: promo("p2", PromotionAborted, minutes(1)), FreightID: "F1", Freight: "f-p1",
-				Health: HealthUnknown},
-			now: at(minutes(45)),
-			want: Result{
-				Record:       func() Record { r := promoted(); r.ExaminedPromotion, r.ResumedAt = "p2", ptr(minutes(45)); return r }(),
-				Actions:      []Action{{Kind: ActionResumed, Message: "the last StagePause covering the Stage is gone"}},
-				RequeueAfter: minutes(30),
-			},
-		},
-		"the latch deadline counts from the resume": {
-			prior: func() Record { r := promoted(); r.ExaminedPromotion, r.ResumedAt = "p2", ptr(minutes(45)); return r }(),
-			obs: Observation{LastPromotion: promo("p2", PromotionAborted, minutes(1)), FreightID: "F1", Freight: "f-p1",
-				Health: HealthUnknown},
-			now: at(minutes(75)),
-			want: Result{
-				Record: func() Record {
-					r := promoted()
-					r.ExaminedPromotion, r.ResumedAt = "p2", ptr(minutes(45))
-					return failedAt(r, minutes(75), ReasonLatchDeadlineExceeded, "Stage was not Healthy within 30m0s of promotion p1")
-				}(),
-				Actions: []Action{{Kind: ActionFailed, Reason: ReasonLatchDeadlineExceeded, Message: "Stage was not Healthy within 30m0s of promotion p1"}},
-			},
-		},
-		"a pause appearing pauses the Stage": {
-			prior: latched(),
-			obs:   with(stageAfterP1(HealthHealthy), func(o *Observation) { o.Pauses = []string{"a", "b"} }),
-			now:   at(minutes(4)),
-			want: Result{
-				Record: func() Record {
-					r := latched()
-					r.Pauses, r.PausedBy = []string{"a", "b"}, &PauseMark{Name: "a", At: at(minutes(4))}
-					return r
-				}(),
-				Actions: []Action{{Kind: ActionPaused, Pause: "a", Message: "paused by StagePause a"}},
-			},
-		},
-		"one of two pauses going keeps the Stage paused, and what paused it": {
-			prior: func() Record {
-				r := latched()
-				r.Pauses, r.PausedBy = []string{"a", "b"}, &PauseMark{Name: "a", At: at(minutes(3))}
-				return r
-			}(),
-			obs: with(stageAfterP1(HealthHealthy), func(o *Observation) { o.Pauses = []string{"b"} }),
-			now: at(minutes(4)),
-			want: Result{Record: func() Record {
-				r := latched()
-				r.Pauses, r.PausedBy = []string{"b"}, &PauseMark{Name: "a", At: at(minutes(3))}
-				return r
-			}()},
-		},
-		"the last pause going forgets what paused the Stage": {
-			prior: func() Record {
-				r := latched()
-				r.Pauses, r.PausedBy = []string{"b"}, &PauseMark{Name: "a", At: at(minutes(3))}
-				return r
-			}(),
-			obs: stageAfterP1(HealthHealthy),
-			now: at(minutes(4)),
-			want: Result{
-				Record:  latched(),
-				Actions: []Action{{Kind: ActionResumed, Message: "the last StagePause covering the Stage is gone"}},
-			},
-		},
-		"the last pause going resumes the Stage": {
-			prior: func() Record { r := latched(); r.Pauses = []string{"b"}; return r }(),
-			obs:   stageAfterP1(HealthHealthy),
-			now:   at(minutes(4)),
-			want: Result{
-				Record:  latched(),
-				Actions: []Action{{Kind: ActionResumed, Message: "the last StagePause covering the Stage is gone"}},
-			},
-		},
-	}
-	ignoreIDs := cmpopts.IgnoreFields(VerificationRecord{}, "ID")
-	for name, tc := range cases {
-		t.Run(name, func(t *testing.T) {
-			s := tc.settings
-			if s == (Settings{}) {
-				s = defaults()
-			}
-			prior := tc.prior.clone()
-			got := Step(s, tc.prior, tc.obs, tc.now)
-			if diff := cmp.Diff(tc.want, got, ignoreIDs, cmpopts.EquateEmpty()); diff != "" {
-				t.Errorf("Step() mismatch (-want +got):\n%s", diff)
-			}
-			if diff := cmp.Diff(prior, tc.prior, cmpopts.EquateEmpty()); diff != "" {
-				t.Errorf("Step() modified its prior record (-before +after):\n%s", diff)
-			}
-		})
-	}
-}
-
-func TestHistoryKeepsTheNewestTen(t *testing.T) {
-	r := promoted()
-	now := at(0)
-	for i := range 12 {
-		now = now.Add(time.Minute)
-		r = Step(defaults(), r, stageAfterP1(HealthHealthy), now).Record
-		now = now.Add(time.Minute)
-		res := Step(Settings{LatchDeadline: minutes(30)}, r, stageAfterP1(HealthUnhealthy), now)
-		r = res.Record
-		// Start the next cycle with a new promotion.
-		next := Observation{LastPromotion: promo(string(rune('a'+i)), PromotionSucceeded, 0), FreightID: string(rune('A' + i))}
-		r = Step(defaults(), r, next, now).Record
-		r.PromotedAt = ptrTime(now)
-	}
-	if len(r.History) != HistoryLimit {
-		t.Fatalf("history has %d records, want %d", len(r.History), HistoryLimit)
-	}
-	for i := 1; i < len(r.History); i++ {
-		if r.History[i].FinishTime.After(r.History[i-1].FinishTime) {
-			t.Errorf("history[%d] finished after history[%d]: not newest first", i, i-1)
-		}
-	}
-}
-
-func TestRecordIDsAreStableAndDistinct(t *testing.T) {
-	a := Step(defaults(), promoted(), stageAfterP1(HealthHealthy), at(minutes(2)))
-	b := Step(defaults(), promoted(), stageAfterP1(HealthHealthy), at(minutes(2)))
-	c := Step(defaults(), promoted(), stageAfterP1(HealthHealthy), at(minutes(3)))
-	if a.Record.Verification.ID == "" || a.Record.Verification.ID != b.Record.Verification.ID {
-		t.Errorf("same judgement gave IDs %q and %q, want one non-empty ID", a.Record.Verification.ID, b.Record.Verification.ID)
-	}
-	if a.Record.Verification.ID == c.Record.Verification.ID {
-		t.Errorf("different judgements share ID %q", a.Record.Verification.ID)
-	}
-}
-
-func TestPauseNamesAreStableAndValid(t *testing.T) {
-	s := Settings{LatchDeadline: minutes(30), DegradedGrace: minutes(5), PauseOnFailure: true}
-	obs := with(stageAfterP1(HealthUnhealthy), func(o *Observation) { o.Stage = "prod" })
-	a := Step(s, degraded(minutes(3)), obs, at(minutes(8)))
-	b := Step(s, degraded(minutes(3)), obs, at(minutes(9)))
-	if a.Record.Failure.Pause == "" || a.Record.Failure.Pause != b.Record.Failure.Pause {
-		t.Errorf("the same failure judged at two times named pauses %q and %q", a.Record.Failure.Pause, b.Record.Failure.Pause)
-	}
-	long := with(obs, func(o *Observation) { o.Stage = strings.Repeat("s", 253) })
-	name := Step(s, degraded(minutes(3)), long, at(minutes(8))).Record.Failure.Pause
-	if len(name) > 253 || !strings.HasSuffix(name, a.Record.Failure.Pause[len("prod"):len("prod-degraded-")]+name[len(name)-8:]) {
-		t.Errorf("pause name for a long Stage name is %d long: %q", len(name), name)
-	}
-	other := Step(s, degraded(minutes(3)), with(obs, func(o *Observation) { o.Stage = "qa" }), at(minutes(8)))
-	if other.Record.Failure.Pause == a.Record.Failure.Pause {
-		t.Errorf("two Stages share the pause name %q", a.Record.Failure.Pause)
-	}
-}
-
-// A verification failure with an AnalysisRun's whole output as its message
-// still fails the cycle, once, and the record stays small enough to store.
-func TestLongVerificationMessageStillFails(t *testing.T) {
-	s := defaults()
-	s.PauseOnFailure = true
-	long := strings.Repeat("error: metric \"success-rate\" assessed Failed ⚠ ", 2500) // ~100 KB, multi-byte runes
-	rec := latched()
-	for i := range HistoryLimit + 2 {
-		obs := with(stageAfterP1(HealthHealthy), func(o *Observation) {
-			o.Stage = "prod"
-			o.LastPromotion = promo(fmt.Sprint("p", i+2), PromotionSucceeded, minutes(i))
-			o.FreightID = fmt.Sprint("F", i+2)
-			o.Verification = &Verification{ID: fmt.Sprint("v", i), Phase: VerificationFailed, Message: long}
-		})
-		res := Step(s, rec, obs, at(minutes(i+1)))
-		if res.Record.Phase != PhaseFailed || !hasAction(res, ActionCreatePause) {
-			t.Fatalf("cycle %d: phase %s, actions %+v; want Failed with one pause", i, res.Record.Phase, res.Actions)
-		}
-		rec = res.Record
-	}
-	enc := rec.Encode()
-	if len(enc) > 32*1024 {
-		t.Errorf("record is %d bytes with long messages, want at most 32 KiB", len(enc))
-	}
-	if !utf8.ValidString(enc) {
-		t.Error("truncation split a rune")
-	}
-	if m := rec.Failure.Message; len(m) > MaxMessage || !strings.HasSuffix(m, "(truncated)") {
-		t.Errorf("failure message is %d bytes, ends %q", len(m), m[max(0, len(m)-20):])
-	}
-}
-
-// The operator makes a failure's pause, then steps again with it covering
-// the Stage: that pause must not hold the deadline whose failure made it.
-func TestAFailurePauseDoesNotHoldItsOwnDeadline(t *testing.T) {
-	s := Settings{LatchDeadline: minutes(30), PauseOnFailure: true}
-	obs := with(stageAfterP1(HealthProgressing), func(o *Observation) { o.Stage = "prod" })
-	first := Step(s, promoted(), obs, at(minutes(30)))
-	if !hasAction(first, ActionCreatePause) {
-		t.Fatalf("no pause asked for at the deadline: %+v", first.Actions)
-	}
-	name := first.Record.Failure.Pause
-	second := Step(s, promoted(), with(obs, func(o *Observation) { o.Pauses = []string{name} }), at(minutes(30)))
-	if second.Record.Phase != PhaseFailed || second.Record.Failure.Pause != name || !hasAction(second, ActionPaused) {
-		t.Errorf("with its own pause: phase %s, failure %+v, actions %+v; want Failed, paused by %s", second.Record.Phase, second.Record.Failure, second.Actions, name)
-	}
-}
-
-// A Stage without a record whose promotion failed a moment ago was made and
-// failed while no replica led: the failure is acted on. One that failed
-// days ago (a first install) is only recorded.
-func TestRecordlessStageFailures(t *testing.T) {
-	s := Settings{LatchDeadline: minutes(30), PauseOnFailure: true, NewFailureWindow: minutes(15)}
-	obs := Observation{Stage: "prod", LastPromotion: promo("p1", PromotionFailed, 0), Health: HealthUnknown, CreatedWithoutRecord: ptr(0)}
-	for name, tc := range map[string]struct {
-		now   time.Time
-		pause bool
-	}{
-		"failed a moment ago":              {at(minutes(1)), true},
-		"failed at the edge of the window": {at(minutes(15)), true},
-		"failed a moment from now (skew)":  {at(-time.Second), true},
-		"failed days ago":                  {at(72 * time.Hour), false},
-	} {
-		t.Run(name, func(t *testing.T) {
-			res := Step(s, Record{}, obs, tc.now)
-			if res.Record.Phase != PhaseFailed || res.Record.Failure.Reason != ReasonPromotionFailed {
-				t.Fatalf("phase %s, failure %+v; want Failed with PromotionFailed", res.Record.Phase, res.Record.Failure)
-			}
-			if got := hasAction(res, ActionCreatePause); got != tc.pause {
-				t.Errorf("asked for a pause: %v, want %v (actions %+v)", got, tc.pause, res.Actions)
-			}
-			again := Step(s, res.Record, obs, tc.now.Add(time.Minute))
-			if len(again.Actions) != 0 {
-				t.Errorf("judged twice: %+v", again.Actions)
-			}
-		})
-	}
-	for name, o := range map[string]Observation{
-		"garbage or removed record": with(obs, func(o *Observation) { o.CreatedWithoutRecord = nil }),
-		"old Stage":                 with(obs, func(o *Observation) { o.CreatedWithoutRecord = ptr(-time.Hour) }),
-	} {
-		if res := Step(s, Record{}, o, at(time.Second)); hasAction(res, ActionFailed) {
-			t.Errorf("%s: a recent failure was acted on: %+v", name, res.Actions)
-		}
-	}
-	s.NewFailureWindow = 0
-	if res := Step(s, Record{}, obs, at(time.Second)); hasAction(res, ActionFailed) {
-		t.Errorf("with no window, a record-less Stage's failure was acted on: %+v", res.Actions)
 	}
 }

@@ -19,6 +19,8 @@ import (
 	"github.com/kargo-latch/kargo-latch/test/driver"
 )
 
+var markVerified = map[string]string{api.MarkVerifiedAnnotation: "true"}
+
 // appsAB makes a Stage whose promotion step updates the Argo CD
 // Applications a and b, so that its health check reports them: the Stages
 // of latchByApps, flapUntilLatched and runMarkCycle.

@@ -1,11 +1,8 @@
 package e2e
 
 import (
-	"fmt"
-	"math/rand/v2"
 	"slices"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -16,8 +13,6 @@ import (
 	"github.com/kargo-latch/kargo-latch/latch"
 	"github.com/kargo-latch/kargo-latch/test/driver"
 )
-
-var markVerified = map[string]string{api.MarkVerifiedAnnotation: "true"}
 
 // TestMarkVerifiedWritesOneKey: when a cycle latches, the Freight gets
 // status.verifiedIn.<stage>.verifiedAt = latchedAt through Kargo's real
@@ -275,202 +270,6 @@ func TestMarkVerifiedOff(t *testing.T) {
 	r, name := latchByApps(t, byFlag)
 	if at := waitVerified(t, byFlag, name); at != rfc3339(*r.LatchedAt) {
 		t.Errorf("marked by the flag at %s, want latchedAt %s", at, rfc3339(*r.LatchedAt))
-	}
-}
-
-// TestMarkVerifiedForbiddenWithoutTheRight: mark-verified on, the operator
-// without the mark-verified component (the default install's identity). One
-// MarkVerifiedForbidden Warning per cycle however often the operator tries
-// again (every minute), the error counter, and the latch, failures and
-// pauses carry on as usual. Two Stages share the minute the retry takes:
-// "steady" stays in its cycle across the retry, "test" is in a new cycle
-// when it comes.
-func TestMarkVerifiedForbiddenWithoutTheRight(t *testing.T) {
-	t.Parallel()
-	ns := env.newProject(t)
-	settings := fastSettings()
-	settings.PauseOnFailure = true
-	op := startOperator(t, ns, settings)
-	annotations := map[string]string{api.MarkVerifiedAnnotation: "true", api.DegradedGraceAnnotation: "1s"}
-	steady := env.createStage(t, ns, "steady", annotations, appsAB)
-	s := env.createStage(t, ns, "test", annotations, appsAB)
-	refusals := func(s *driver.Stage) float64 {
-		return op.metric("kargo_latch_mark_verified_errors_total", "project", ns, "stage", s.Name)
-	}
-
-	_, steadyFreight := latchByApps(t, steady)
-	refusedAt := time.Now()
-	r, first := latchByApps(t, s)
-	if r.LatchedBy != latch.LatchedByApps || len(r.Marked) != 0 {
-		t.Errorf("latched record: latchedBy %q, marked %q; want Applications and none", r.LatchedBy, r.Marked)
-	}
-	for _, stage := range []*driver.Stage{steady, s} {
-		if ev := waitEvent(t, stage, api.ReasonMarkVerifiedForbidden); ev.Type != "Warning" {
-			t.Errorf("%s: MarkVerifiedForbidden Event type = %s, want Warning", stage.Name, ev.Type)
-		}
-		if n := refusals(stage); n != 1 {
-			t.Errorf("%s: kargo_latch_mark_verified_errors_total = %v, want 1", stage.Name, n)
-		}
-	}
-	assertNotVerified(t, op, s, first, "without the right")
-
-	// The rest of the cycle as usual: flaps are ignored, a person's pause
-	// and resume work, a degradation fails and pauses.
-	op.sees(t, "the Stage Healthy", func() error {
-		return s.SetAppsHealth(ctx, "Healthy", app("a", "Healthy"), app("b", "Healthy"))
-	})
-	op.sees(t, "the Stage Progressing again", func() error {
-		return s.SetAppsHealth(ctx, "Progressing", app("a", "Healthy"), app("b", "Progressing"))
-	})
-	if got := stageRecord(t, s).Phase; got != latch.PhaseLatched {
-		t.Errorf("after a flap: phase %s, want Latched", got)
-	}
-	must(t, createPause(env.dev, pause(ns, "hold", s.Name, "Manual")))
-	waitPaused(t, s, true)
-	must(t, deletePause(env.lead, ns, "hold"))
-	waitPaused(t, s, false)
-	must(t, s.SetHealth(ctx, "Unhealthy"))
-	failed := waitPhase(t, s, latch.PhaseFailed)
-	waitPaused(t, s, true)
-	if failed.Failure.Reason != latch.ReasonDegraded || failed.Failure.Pause == "" {
-		t.Errorf("failure %+v, want Degraded with a pause", failed.Failure)
-	}
-	must(t, deletePause(env.lead, ns, failed.Failure.Pause))
-	waitPaused(t, s, false)
-	r, second := latchByApps(t, s)
-	if r.Phase != latch.PhaseLatched {
-		t.Errorf("second cycle: phase %s, want Latched", r.Phase)
-	}
-
-	// The retry, a minute after the refusals: a new cycle is warned about
-	// again, the same one is not.
-	untilRetry := time.Until(refusedAt.Add(time.Minute + waitLimit))
-	waitLong(t, "the retry on "+steady.Name, untilRetry, func() bool { return refusals(steady) >= 2 })
-	waitLong(t, "the second cycle's MarkVerifiedForbidden", untilRetry, func() bool {
-		return env.eventCount(t, s, api.ReasonMarkVerifiedForbidden) == 2
-	})
-	// The retries are counted in the syncs that would warn again; once the
-	// operator is idle, those syncs are over.
-	op.idle(t)
-	if n := env.eventCount(t, steady, api.ReasonMarkVerifiedForbidden); n != 1 {
-		t.Errorf("%s: %d MarkVerifiedForbidden Events in one cycle refused %v times, want 1", steady.Name, n, refusals(steady))
-	}
-	if n := env.eventCount(t, s, api.ReasonMarkVerifiedForbidden); n != 2 {
-		t.Errorf("%s: %d MarkVerifiedForbidden Events for two cycles, want 2", s.Name, n)
-	}
-	if n := refusals(s); n < 2 {
-		t.Errorf("%s: kargo_latch_mark_verified_errors_total = %v after two refused cycles, want at least 2", s.Name, n)
-	}
-	assertNotVerified(t, op, steady, steadyFreight, "retried without the right")
-	assertNotVerified(t, op, s, second, "second cycle without the right")
-	for _, stage := range []*driver.Stage{steady, s} {
-		if got := stageRecord(t, stage).Phase; got != latch.PhaseLatched {
-			t.Errorf("%s after the refused retry: phase %s, want Latched", stage.Name, got)
-		}
-	}
-	select {
-	case <-op.done:
-		t.Error("the operator stopped")
-	default:
-	}
-}
-
-// TestMarkVerifiedExactlyOnceAcrossKills kills the real operator with
-// SIGKILL at random moments while 20 cycles latch and mark their Freight,
-// half per Application, half on the Stage's health. Every cycle's Freight
-// must end verified in its Stage (no lost mark), its mark must never change
-// once written, and each mark must have exactly one FreightVerified Event.
-func TestMarkVerifiedExactlyOnceAcrossKills(t *testing.T) {
-	t.Parallel()
-	ns := env.newProject(t)
-	op := newMeteredProcess(t, env.marker, "--namespace", ns, "--mark-verified", "--latch-deadline", "1m",
-		"--health-probe-bind-address", "0", "-v", "2")
-	op.start()
-	marks := watchMarks(t, ns)
-
-	const stageCount, cyclesPerStage = 4, 5
-	stages := make([]*driver.Stage, stageCount)
-	for i := range stages {
-		stages[i] = env.createStage(t, ns, fmt.Sprintf("s%d", i), nil, appsAB)
-	}
-	cycles := make([][]markedCycle, stageCount)
-	errs := make([]error, stageCount)
-	var wg sync.WaitGroup
-	for i, s := range stages {
-		wg.Go(func() {
-			for k := range cyclesPerStage {
-				c, err := runMarkCycle(s, k%2 == 0)
-				if err != nil {
-					errs[i] = fmt.Errorf("%s, cycle %d: %w", s.Name, k+1, err)
-					return
-				}
-				cycles[i] = append(cycles[i], c)
-			}
-		})
-	}
-	done := make(chan struct{})
-	go func() { wg.Wait(); close(done) }()
-	// Kills come often, so that some land inside a mark: a restarted
-	// operator needs about 100 ms to list and watch before it acts again.
-	kills, began := 0, time.Now()
-	for running := true; running; {
-		select {
-		case <-done:
-			running = false
-		case <-time.After(time.Duration(50+rand.IntN(300)) * time.Millisecond): //nolint:gosec // test jitter, not security
-			op.kill()
-			kills++
-			op.start()
-		}
-	}
-	for _, err := range errs {
-		if err != nil {
-			t.Fatal(err)
-		}
-	}
-	// A last restart must not mark again: once it has caught up, it has
-	// judged every Stage.
-	op.kill()
-	op.start()
-	op.caughtUp(t)
-	t.Logf("the operator was killed %d times during %d marking cycles (%v)", kills, stageCount*cyclesPerStage, time.Since(began).Round(time.Millisecond))
-
-	for i, s := range stages {
-		events := env.stageEvents(t, s)[api.ReasonFreightVerified]
-		if n := env.eventCount(t, s, api.ReasonFreightVerified); n != cyclesPerStage {
-			t.Errorf("%s: %d FreightVerified Events for %d marks", s.Name, n, cyclesPerStage)
-		}
-		for _, c := range cycles[i] {
-			f := freightOnServer(t, ns, c.freight)
-			at, ok := verifiedAt(f, s.Name)
-			switch {
-			case !ok:
-				t.Errorf("%s: Freight %s is not verified: a lost mark", s.Name, c.freight)
-				continue
-			case len(verifiedIn(f)) != 1:
-				t.Errorf("%s: Freight %s is verified in %v, want only %s", s.Name, c.freight, verifiedIn(f), s.Name)
-			}
-			if got := marks.values(c.freight, s.Name); len(got) != 1 {
-				t.Errorf("%s: the mark of Freight %s took the values %q, want one", s.Name, c.freight, got)
-			}
-			naming := 0
-			for _, ev := range events {
-				if strings.Contains(ev.Message, c.freight) {
-					naming++
-					if !strings.Contains(ev.Message, " at "+at+":") {
-						t.Errorf("%s: the FreightVerified Event for %s states another time than the mark's %s: %q", s.Name, c.freight, at, ev.Message)
-					}
-				}
-			}
-			if naming != 1 {
-				t.Errorf("%s: %d FreightVerified Events name Freight %s, want 1", s.Name, naming, c.freight)
-			}
-			// The latch is stored before the mark: whatever a kill
-			// interrupted, verifiedAt is the stored latchedAt.
-			if latched := rfc3339(c.latchedAt); at != latched {
-				t.Errorf("%s: Freight %s verified at %s, but the cycle latched at %s", s.Name, c.freight, at, latched)
-			}
-		}
 	}
 }
 
