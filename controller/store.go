@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -62,54 +61,6 @@ func (c *Controller) patchMetadata(ctx context.Context, stage *kargo.Stage, anno
 		return nil, err
 	}
 	return kargo.StageFromUnstructured(u), nil
-}
-
-// stageWrite is the store's patch of the Stage's metadata (nil values
-// remove keys), and what it means.
-type stageWrite struct {
-	annotations map[string]any
-	labels      map[string]any
-	record      latch.Record
-	encoded     string // the record as written
-	// keepsGarbage: the patch keeps a garbage record beside the fresh one
-	// (a person may mend it from there); a refusal for size drops it.
-	keepsGarbage bool
-	// restoresLabel: it puts back a paused label someone removed.
-	restoresLabel bool
-}
-
-// stageWriteFor computes the patch that makes the Stage show res: whatever
-// of the record annotation, the paused label and, on resume, a Kargo
-// refresh request differs from the Stage. Nil when nothing does.
-func stageWriteFor(s *snapshot, res latch.Result) *stageWrite {
-	w := &stageWrite{annotations: map[string]any{}, labels: map[string]any{}, record: res.Record, encoded: res.Record.Encode()}
-	if w.encoded != s.value {
-		w.annotations[api.StateAnnotation] = w.encoded
-		if s.garbage {
-			// A garbage record (priorRecord) is not simply overwritten. A
-			// newer version's record is never replaced (leftAlone).
-			w.annotations[kargo.InvalidStateAnnotation], _ = keptGarbage(s.value)
-			w.keepsGarbage = true
-		}
-	}
-	wantPaused := len(res.Record.Pauses) > 0
-	if hasPaused := s.stage.Labels[api.PausedLabel] == "true"; hasPaused != wantPaused {
-		if wantPaused {
-			w.labels[api.PausedLabel] = "true"
-			w.restoresLabel = !hasAction(res, latch.ActionPaused)
-		} else {
-			w.labels[api.PausedLabel] = nil
-		}
-	}
-	if hasAction(res, latch.ActionResumed) {
-		// Kargo re-attempts auto-promotion at once instead of at its next
-		// periodic pass, five minutes away.
-		w.annotations[kargo.RefreshAnnotation] = s.now.UTC().Format(time.RFC3339Nano)
-	}
-	if len(w.annotations) == 0 && len(w.labels) == 0 {
-		return nil
-	}
-	return w
 }
 
 // storeStep stores what a step changes of the Stage: the mark's own store,
