@@ -138,7 +138,7 @@ func summarize(value string) recordSummary {
 }
 
 // pausesInForce keeps the pauses not being deleted, sorted by name: a pause
-// being deleted covers nothing (see inForce).
+// being deleted covers nothing (see pausing.InForce).
 func pausesInForce(pauses []*v1alpha1.StagePause) []*v1alpha1.StagePause {
 	out := slices.DeleteFunc(pauses, func(p *v1alpha1.StagePause) bool { return p.DeletionTimestamp != nil })
 	pausing.SortPauses(out)

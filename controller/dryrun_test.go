@@ -42,4 +42,13 @@ func TestDryRunReportsPausesAndDrains(t *testing.T) {
 			t.Errorf("dry run wrote: %s %s", v, a.GetResource().Resource)
 		}
 	}
+	// The paused label it would have written is not there: a later sync
+	// must not take that for a label someone removed.
+	synced := f.syncs()
+	f.touch("prod")
+	waitUntil(t, func() bool { return f.syncs() > synced })
+	f.idle()
+	if n := f.countEvents("Warning PauseLabelRestored", ""); n != 0 {
+		t.Errorf("dry run reported %d restored labels it never wrote, want none", n)
+	}
 }

@@ -36,6 +36,9 @@ func (c *Controller) execute(ctx context.Context, s *snapshot, p plan) (time.Dur
 		reads = c.marker.StartReads(ctx, s.key.Namespace, s.key.Name, p.mark)
 		defer reads.Wait()
 	}
+	if p.drainOwedGone {
+		m.liveDrainOwed = "" // that pause is gone: nothing is owed to it
+	}
 	drained := c.drainBeside(ctx, s, p.drain)
 	announced := c.announce(ctx, s.stage, m, p.announce)
 	var stored *kargo.Stage
@@ -55,7 +58,7 @@ func (c *Controller) execute(ctx context.Context, s *snapshot, p plan) (time.Dur
 	// 3. Events and metrics, once the record that they report is stored. An
 	// Event the API refused holds back neither the release nor the mark:
 	// the announcement is retried on its own (see announce).
-	c.afterStore(s.stage, s.pauses, p.result, p.write != nil && p.write.restoresLabel)
+	c.afterStore(s.stage, s.pauses, p.result, stored != nil && p.write.restoresLabel)
 	if !s.leftAlone {
 		m.health = s.obs.Health
 	}
@@ -100,9 +103,6 @@ func (c *Controller) execute(ctx context.Context, s *snapshot, p plan) (time.Dur
 // its list is read.
 func (c *Controller) drainBeside(ctx context.Context, s *snapshot, d *pausing.DrainPlan) (wait func() error) {
 	m := s.memo
-	if owed := m.liveDrainOwed; owed != "" && pausing.PauseWithUID(s.pauses, owed) == nil {
-		m.liveDrainOwed = "" // that pause is gone: nothing is owed to it
-	}
 	if d == nil {
 		return func() error { return nil }
 	}
@@ -145,13 +145,15 @@ func (c *Controller) checkStatus(stage *kargo.Stage, m *memo, now time.Time) tim
 // makeFailurePauses makes the StagePauses a plan asks for, and judges again
 // with them. They are made from the judgement of a snapshot: one taken from
 // a cache that may be behind the API server is taken and judged again live
-// first (nil when the cache is behind for sure: its store's event brings
-// the next sync). The same sync then sees the pauses: the Stage is labeled
+// first (nil when the cache is behind for sure, its store's event bringing
+// the next sync, or the record there is a newer kargo-latch's). The same sync then sees the pauses: the Stage is labeled
 // and they take effect without waiting for the informer to deliver them. A
 // pause found deleted was resumed.
 func (c *Controller) makeFailurePauses(ctx context.Context, s *snapshot, p plan) (*snapshot, plan, error) {
 	fresh, err := c.refresh(ctx, s)
-	if fresh == nil || err != nil {
+	if fresh == nil || err != nil || fresh.leftAlone {
+		// Behind for sure, or a newer kargo-latch wrote the record: this
+		// sync does nothing more.
 		return nil, p, err
 	}
 	if fresh != s {

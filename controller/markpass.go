@@ -35,7 +35,7 @@ func (c *Controller) markPass(ctx context.Context, s *snapshot, stored *kargo.St
 	if err != nil {
 		return err
 	}
-	v := c.snapshotOf(s.key, stage, value, m, pauses, nil)
+	v := c.snapshotOf(s.key, stage, value, m, pauses, nil, &s.settings)
 	if v.leftAlone {
 		return nil
 	}

@@ -11,8 +11,9 @@ import (
 )
 
 // plan is what one sync must do, judged from a snapshot, as data: the
-// executor (execute.go) carries it out in the order its fields are listed,
-// which is the order that survives a crash at any point (see syncStage).
+// executor (execute.go) carries it out in the order its fields are listed
+// (what is beside the store runs with it), which is the order that survives
+// a crash at any point (see syncStage).
 type plan struct {
 	// result is the machine's step: the record to store, the actions to
 	// report, and when to look again.
@@ -29,14 +30,18 @@ type plan struct {
 	// paused label, refresh request; nil when the Stage is as it should be.
 	write *stageWrite
 	// Beside the store: the StagePaused Event, the drain of queued
-	// auto-promotions, and the live reads a mark rests on.
-	announce *announcement
-	drain    *pausing.DrainPlan
-	mark     []string // Freight whose mark is due once the latch is stored
+	// auto-promotions (drainOwedGone: the pause a failed live drain was
+	// owed to is gone), and the live reads a mark rests on.
+	announce      *announcement
+	drain         *pausing.DrainPlan
+	drainOwedGone bool
 
 	// release are held pauses to let go once the record that shows their
 	// resume is stored.
 	release []*v1alpha1.StagePause
+	// mark are the Freight whose mark is due once the latch is stored
+	// (their reads start beside the store).
+	mark []string
 }
 
 // judge decides what a sync must do. It is pure: it reads the snapshot,
@@ -61,7 +66,7 @@ func judge(s *snapshot) plan {
 	}
 	p.write = stageWriteFor(s, res)
 	p.announce = owedAnnouncement(s, res)
-	p.drain = pausing.DrainOwed(s.settings, s.pauses, res, s.memo.liveDrainOwed, s.promotions)
+	p.drain, p.drainOwedGone = pausing.DrainOwed(s.settings, s.pauses, res, s.memo.liveDrainOwed, s.promotions)
 	if s.memo.mark.MayTry(res.Record.Cycle(), s.now) && latch.MarkDue(s.settings, res.Record, s.obs, s.now) {
 		p.mark = s.obs.FreightNames
 	}

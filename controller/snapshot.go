@@ -65,7 +65,7 @@ func (c *Controller) read(ctx context.Context, key cache.ObjectName) (*snapshot,
 	if stage == nil || err != nil {
 		return nil, err
 	}
-	return c.snapshotOf(key, stage, value, m, c.coveringPauses(key.Namespace, key.Name), c.heldPauses(stage)), nil
+	return c.snapshotOf(key, stage, value, m, c.coveringPauses(key.Namespace, key.Name), c.heldPauses(stage), nil), nil
 }
 
 // refresh takes the snapshot again from the Stage as it is on the API
@@ -91,21 +91,29 @@ func (c *Controller) refresh(ctx context.Context, s *snapshot) (*snapshot, error
 	if err != nil {
 		return nil, err
 	}
-	return c.snapshotOf(s.key, stage, value, m, s.pauses, s.held), nil
+	return c.snapshotOf(s.key, stage, value, m, s.pauses, s.held, &s.settings), nil
 }
 
 // snapshotOf checks what was read of a Stage and reports what cannot be
-// used. The pauses are those the caller read (cached or live).
-func (c *Controller) snapshotOf(key cache.ObjectName, stage *kargo.Stage, value string, m *memo, pauses, held []*v1alpha1.StagePause) *snapshot {
+// used. The pauses are those the caller read (cached or live). A snapshot
+// of a Stage read live keeps the settings of the cached one it re-checks
+// (settings): invalid settings are judged, and reported, on the cache
+// alone, so that a live read ahead of the cache does not report them twice.
+func (c *Controller) snapshotOf(key cache.ObjectName, stage *kargo.Stage, value string, m *memo, pauses, held []*v1alpha1.StagePause, settings *latch.Settings) *snapshot {
 	s := &snapshot{key: key, stage: stage, memo: m, now: c.clock.Now(), value: value, dryRun: c.cfg.DryRun, held: held}
 	if s.leftAlone = c.leftAlone(stage, value, m); s.leftAlone {
 		return s
 	}
-	var problem string
-	s.settings, problem = settingsFor(stage.Annotations, c.cfg.Defaults)
+	if settings != nil {
+		s.settings = *settings
+	} else {
+		var problem string
+		s.settings, problem = settingsFor(stage.Annotations, c.cfg.Defaults)
+		c.reportConfig(stage, m, problem)
+	}
 	s.prior, s.garbage = c.priorRecord(stage, value, m)
 	obs, unknownHealth := observe(stage, m.health)
-	c.reportUnusable(stage, m, problem, unknownHealth, len(obs.Apps))
+	c.reportInput(stage, m, unknownHealth, len(obs.Apps))
 	if !stage.State.Present() {
 		created := stage.CreationTimestamp.Time
 		obs.CreatedWithoutRecord = &created

@@ -18,7 +18,7 @@ import (
 // metadata. The patch carries the resourceVersion the record was computed
 // from: if the Stage changed meanwhile, or the cache was stale, it
 // conflicts and the sync is retried from fresh data. It returns the Stage as
-// stored (nil when nothing was written).
+// stored.
 func (c *Controller) store(ctx context.Context, s *snapshot, w *stageWrite) (*kargo.Stage, error) {
 	m := s.memo
 	// Until the cache shows this record, or whatever a failed write left,

@@ -6,11 +6,10 @@ import (
 	"github.com/kargo-latch/kargo-latch/latch"
 )
 
-// reportUnusable reports, once per new problem, the input of a Stage that
-// cannot be used: an invalid setting, a health Kargo does not define, more
-// Applications than the per-App latch handles.
-func (c *Controller) reportUnusable(stage *kargo.Stage, m *memo, configProblem, unknownHealth string, apps int) {
-	c.reportConfig(stage, m, configProblem)
+// reportInput reports, once per new problem, a Stage's status that cannot
+// be used: a health Kargo does not define, more Applications than the
+// per-App latch handles.
+func (c *Controller) reportInput(stage *kargo.Stage, m *memo, unknownHealth string, apps int) {
 	c.reportHealth(stage, m, unknownHealth)
 	c.reportApps(stage, m, apps)
 }

@@ -3,7 +3,7 @@
 // Healthy: status.verifiedIn.<stage>.verifiedAt on each Freight, so that
 // downstream Stages receive it. It is opt-in (the mark-verified setting and
 // the mark-verified component's rights). The sync decides when a mark is
-// due and judges it again on the stored latch (controller/execute.go); this
+// due and judges it again on the stored latch (controller/markpass.go); this
 // package reads what the mark rests on, writes the marks and their
 // FreightVerified Events, and holds tries back after a refusal.
 package markverified

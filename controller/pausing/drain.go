@@ -64,27 +64,30 @@ type DrainPlan struct {
 // controller/gatebypass; its event brought this sync), and one this operator asked
 // to abort for a covering pause whose status.drained does not list it yet.
 // liveOwed names the pause whose live drain failed before; cached are the
-// Stage's cached Promotions. It is pure: the sync judges with it.
-func DrainOwed(settings latch.Settings, pauses []*v1alpha1.StagePause, res latch.Result, liveOwed types.UID, cached []*kargo.Promotion) *DrainPlan {
+// Stage's cached Promotions; owedGone says that pause is gone, so nothing
+// is owed to it any more. It is pure: the sync judges with it.
+func DrainOwed(settings latch.Settings, pauses []*v1alpha1.StagePause, res latch.Result, liveOwed types.UID, cached []*kargo.Promotion) (d *DrainPlan, owedGone bool) {
 	if !settings.DrainOnPause || len(pauses) == 0 {
-		return nil
+		return nil, false
 	}
 	var live *v1alpha1.StagePause
 	if a, ok := pausedBy(res); ok {
 		live = PauseNamed(pauses, a.Pause)
 	} else if liveOwed != "" {
-		live = PauseWithUID(pauses, liveOwed)
+		if live = PauseWithUID(pauses, liveOwed); live == nil {
+			owedGone = true // that pause is gone: nothing is owed to it
+		}
 	}
 	if live != nil {
-		return &DrainPlan{Live: live}
+		return &DrainPlan{Live: live}, false
 	}
 	if len(res.Record.Pauses) == 0 {
-		return nil
+		return nil, owedGone
 	}
 	if late := cachedUndrained(cached, pauses); len(late) > 0 {
-		return &DrainPlan{Late: late, Pauses: pauses}
+		return &DrainPlan{Late: late, Pauses: pauses}, owedGone
 	}
-	return nil
+	return nil, owedGone
 }
 
 // Drain aborts the queued auto-promotions a drain plan names: read live

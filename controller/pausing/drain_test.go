@@ -66,9 +66,12 @@ func TestDrainOwed(t *testing.T) {
 			&DrainPlan{Late: map[types.UID][]*kargo.Promotion{"uid-other": {abortedForOther}}, Pauses: []*v1alpha1.StagePause{hold, other}}},
 	} {
 		t.Run(name, func(t *testing.T) {
-			got := DrainOwed(tc.settings, tc.pauses, tc.res, tc.owed, tc.cached)
+			got, gone := DrainOwed(tc.settings, tc.pauses, tc.res, tc.owed, tc.cached)
 			if diff := cmp.Diff(tc.want, got); diff != "" {
 				t.Errorf("DrainOwed (-want +got):\n%s", diff)
+			}
+			if wantGone := name == "owed to a pause gone"; gone != wantGone {
+				t.Errorf("the owed pause is gone: %v, want %v", gone, wantGone)
 			}
 		})
 	}

@@ -112,7 +112,7 @@ func (b *bench) explainMarks(samples []markSample) {
 }
 
 // markedLine is klog's text line for a mark, e.g.
-// I1130 09:58:36.123456    1234 markverified.go:82] "Marked Freight verified in the Stage" stage="bench/stage-00061" freight="4f9e…"
+// I1130 09:58:36.123456    1234 marker.go:96] "Marked Freight verified in the Stage" stage="bench/stage-00061" freight="4f9e…"
 var markedLine = regexp.MustCompile(`^I(\d{4} \d{2}:\d{2}:\d{2}\.\d{6}) .*"Marked Freight verified in the Stage".* freight="([0-9a-f]+)"`)
 
 // markedInLog maps each Freight the operator logged as marked to when.

@@ -83,7 +83,7 @@ func (o *shardOp) logged(t *testing.T, msg, stage string) int {
 	return n
 }
 
-// Log lines of the operator (controller/failurepause.go, sync.go).
+// Log lines of the operator (controller/pausing/failure.go, controller/store.go).
 const (
 	logPaused = "Paused the Stage after a failure"
 	logStored = "Stored latch record"
