@@ -234,7 +234,7 @@ func TestSyncLatchesOnceAndWritesOnlyOnChange(t *testing.T) {
 	// The echo of its own write, then a change it reads that changes
 	// nothing: both synced, neither written.
 	waitUntil(t, func() bool { return f.syncs() >= 2 })
-	f.touch("prod")
+	f.touchProd()
 	waitUntil(t, func() bool { return f.syncs() >= 3 })
 	if n := f.patches.Load(); n != 1 {
 		t.Errorf("%d patches after %d syncs, want exactly 1", n, f.syncs())
@@ -246,11 +246,12 @@ func TestSyncLatchesOnceAndWritesOnlyOnChange(t *testing.T) {
 	}
 }
 
-// touch changes an annotation of a Stage that the operator reads but that
-// changes nothing of its judgement, so that it syncs the Stage again.
-func (f *fixture) touch(name string) {
+// touchProd changes an annotation of the Stage prod that the operator reads
+// but that changes nothing of its judgement, so that it syncs the Stage
+// again.
+func (f *fixture) touchProd() {
 	f.t.Helper()
-	u, err := f.client.Resource(kargo.StagesResource).Namespace("shop").Get(context.Background(), name, metav1.GetOptions{})
+	u, err := f.client.Resource(kargo.StagesResource).Namespace("shop").Get(context.Background(), "prod", metav1.GetOptions{})
 	if err != nil {
 		f.t.Fatal(err)
 	}
@@ -309,7 +310,7 @@ func TestFailureCreatesItsPauseOnce(t *testing.T) {
 
 	// Synced again, after the record is stored: nothing more is made.
 	synced := f.syncs()
-	f.touch("prod")
+	f.touchProd()
 	waitUntil(t, func() bool { return f.syncs() > synced })
 	pauses, err = f.client.Resource(v1alpha1.StagePausesResource).Namespace("shop").List(context.Background(), metav1.ListOptions{})
 	if err != nil {

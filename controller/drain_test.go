@@ -93,7 +93,7 @@ func TestDrainLeavesAnotherAbortAlone(t *testing.T) {
 	// sync that drained has returned once the record is stored and read.
 	waitUntil(t, func() bool { return reads.Load() > 0 && len(f.record("prod").Pauses) == 1 })
 	synced := f.syncs()
-	f.touch("prod")
+	f.touchProd()
 	waitUntil(t, func() bool { return f.syncs() > synced })
 	if got := f.drained("hold"); len(got) != 0 {
 		t.Errorf("status.drained %v, want none: the abort was a person's", got)

@@ -45,7 +45,7 @@ func TestDryRunReportsPausesAndDrains(t *testing.T) {
 	// The paused label it would have written is not there: a later sync
 	// must not take that for a label someone removed.
 	synced := f.syncs()
-	f.touch("prod")
+	f.touchProd()
 	waitUntil(t, func() bool { return f.syncs() > synced })
 	f.idle()
 	if n := f.countEvents("Warning PauseLabelRestored", ""); n != 0 {
