@@ -40,7 +40,7 @@ func owedAnnouncement(s *snapshot, res latch.Result) *announcement {
 	}
 	m := s.memo
 	mark := res.Record.PausedBy
-	if mark == nil && hasAction(res, latch.ActionResumed) {
+	if mark == nil && res.Has(latch.ActionResumed) {
 		// The pause that paused the Stage may be owed its Event still.
 		mark = s.prior.PausedBy
 	}
@@ -56,7 +56,7 @@ func owedAnnouncement(s *snapshot, res latch.Result) *announcement {
 	if q := pausing.PauseNamed(s.pauses, mark.Name); q != nil && string(q.UID) == mark.UID {
 		p = q
 	}
-	if !hasAction(res, latch.ActionPaused) && s.now.Sub(mark.At) > announceWithin {
+	if !res.Has(latch.ActionPaused) && s.now.Sub(mark.At) > announceWithin {
 		return nil
 	}
 	return &announcement{mark: *mark, pause: p}

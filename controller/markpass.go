@@ -41,7 +41,7 @@ func (c *Controller) markPass(ctx context.Context, s *snapshot, stored *kargo.St
 	}
 	v.now, v.obs.MayMark = s.now, true
 	res := latch.Step(v.settings, v.prior, v.obs, v.now)
-	a, ok := actionOf(res, latch.ActionMarkVerified)
+	a, ok := res.Action(latch.ActionMarkVerified)
 	if !ok {
 		// The view moved on since the cache showed it; the next sync, on
 		// its watch event, judges again.

@@ -105,12 +105,12 @@ func stageWriteFor(s *snapshot, res latch.Result) *stageWrite {
 	if hasPaused := s.stage.Labels[api.PausedLabel] == "true"; hasPaused != wantPaused {
 		if wantPaused {
 			w.labels[api.PausedLabel] = "true"
-			w.restoresLabel = !hasAction(res, latch.ActionPaused)
+			w.restoresLabel = !res.Has(latch.ActionPaused)
 		} else {
 			w.labels[api.PausedLabel] = nil
 		}
 	}
-	if hasAction(res, latch.ActionResumed) {
+	if res.Has(latch.ActionResumed) {
 		// Kargo re-attempts auto-promotion at once instead of at its next
 		// periodic pass, five minutes away.
 		w.annotations[kargo.RefreshAnnotation] = s.now.UTC().Format(time.RFC3339Nano)
@@ -119,20 +119,6 @@ func stageWriteFor(s *snapshot, res latch.Result) *stageWrite {
 		return nil
 	}
 	return w
-}
-
-func hasAction(res latch.Result, kind latch.ActionKind) bool {
-	_, ok := actionOf(res, kind)
-	return ok
-}
-
-func actionOf(res latch.Result, kind latch.ActionKind) (latch.Action, bool) {
-	for _, a := range res.Actions {
-		if a.Kind == kind {
-			return a, true
-		}
-	}
-	return latch.Action{}, false
 }
 
 // earliest is the sooner of two requeue delays, where zero means none.

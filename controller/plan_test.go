@@ -57,7 +57,7 @@ func TestJudgeAFailurePausesFirst(t *testing.T) {
 
 	pause := failurePause(name)
 	second := judge(s.withPauses([]*v1alpha1.StagePause{pause}, nil, nil))
-	if !hasAction(second.result, latch.ActionPaused) {
+	if !second.result.Has(latch.ActionPaused) {
 		t.Fatalf("with its pause made, actions %+v; want Paused", second.result.Actions)
 	}
 	if second.write == nil {
@@ -103,7 +103,7 @@ func TestJudgeAResumeReleasesAfterTheStore(t *testing.T) {
 	deleted := pause.DeepCopy()
 	deleted.DeletionTimestamp = &metav1.Time{Time: s.now}
 	p := judge(s.withPauses(nil, []*v1alpha1.StagePause{deleted}, nil))
-	if !hasAction(p.result, latch.ActionResumed) {
+	if !p.result.Has(latch.ActionResumed) {
 		t.Fatalf("actions %+v, want Resumed", p.result.Actions)
 	}
 	if p.write == nil {

@@ -119,30 +119,38 @@ func (c *Controller) snapshotOf(key cache.ObjectName, stage *kargo.Stage, value 
 		obs.CreatedWithoutRecord = &created
 	}
 	s.obs = obs
-	return s.withPauses(pauses, held, c.cachedPromotions)
+	s.setPauses(pauses, held, c.cachedPromotions)
+	return s
 }
 
 // withPauses is the snapshot with these pauses: those a failure's pause
-// just made, or the live ones a mark rests on.
+// just made.
 func (s *snapshot) withPauses(pauses, held []*v1alpha1.StagePause, cached func(*kargo.Stage) []*kargo.Promotion) *snapshot {
 	out := *s
-	out.pauses, out.held = pauses, held
-	out.obs.Pauses, out.obs.PauseUIDs, out.obs.Deleted = nil, nil, nil
+	out.setPauses(pauses, held, cached)
+	return &out
+}
+
+// setPauses puts the pauses covering the Stage, and those held for its
+// resume, into the snapshot and its observation; and, for a paused Stage
+// that drains, its cached Promotions.
+func (s *snapshot) setPauses(pauses, held []*v1alpha1.StagePause, cached func(*kargo.Stage) []*kargo.Promotion) {
+	s.pauses, s.held = pauses, held
+	s.obs.Pauses, s.obs.PauseUIDs, s.obs.Deleted = nil, nil, nil
 	for _, p := range pauses {
-		out.obs.Pauses = append(out.obs.Pauses, p.Name)
-		if out.obs.PauseUIDs == nil {
-			out.obs.PauseUIDs = make(map[string]string, len(pauses))
+		s.obs.Pauses = append(s.obs.Pauses, p.Name)
+		if s.obs.PauseUIDs == nil {
+			s.obs.PauseUIDs = make(map[string]string, len(pauses))
 		}
-		out.obs.PauseUIDs[p.Name] = string(p.UID)
+		s.obs.PauseUIDs[p.Name] = string(p.UID)
 	}
 	for _, p := range held {
-		out.obs.Deleted = append(out.obs.Deleted, p.Name)
+		s.obs.Deleted = append(s.obs.Deleted, p.Name)
 	}
-	out.promotions = nil
+	s.promotions = nil
 	if s.settings.DrainOnPause && len(pauses) > 0 && cached != nil {
-		out.promotions = cached(s.stage)
+		s.promotions = cached(s.stage)
 	}
-	return &out
 }
 
 // liveStage reads a Stage from the API server; nil when it is gone, or has

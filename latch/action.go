@@ -60,3 +60,19 @@ type Result struct {
 	// due. Zero means nothing will happen without a new observation.
 	RequeueAfter time.Duration
 }
+
+// Action returns the result's first action of a kind.
+func (r Result) Action(kind ActionKind) (Action, bool) {
+	for _, a := range r.Actions {
+		if a.Kind == kind {
+			return a, true
+		}
+	}
+	return Action{}, false
+}
+
+// Has reports whether the result holds an action of a kind.
+func (r Result) Has(kind ActionKind) bool {
+	_, ok := r.Action(kind)
+	return ok
+}

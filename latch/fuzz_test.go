@@ -222,11 +222,4 @@ func checkInvariants(t *testing.T, s Settings, prior Record, o Observation, now 
 	}
 }
 
-func hasAction(res Result, kind ActionKind) bool {
-	for _, a := range res.Actions {
-		if a.Kind == kind {
-			return true
-		}
-	}
-	return false
-}
+func hasAction(res Result, kind ActionKind) bool { return res.Has(kind) }

@@ -71,7 +71,7 @@ func DrainOwed(settings latch.Settings, pauses []*v1alpha1.StagePause, res latch
 		return nil, false
 	}
 	var live *v1alpha1.StagePause
-	if a, ok := pausedBy(res); ok {
+	if a, ok := res.Action(latch.ActionPaused); ok {
 		live = PauseNamed(pauses, a.Pause)
 	} else if liveOwed != "" {
 		if live = PauseWithUID(pauses, liveOwed); live == nil {
@@ -278,12 +278,3 @@ func (d *Drainer) addDrained(ctx context.Context, pause *v1alpha1.StagePause, na
 	return nil, fmt.Errorf("recording drained Promotions on StagePause %s: it keeps changing", pause.Name)
 }
 
-// pausedBy is the step's Paused action: the Stage is becoming paused.
-func pausedBy(res latch.Result) (latch.Action, bool) {
-	for _, a := range res.Actions {
-		if a.Kind == latch.ActionPaused {
-			return a, true
-		}
-	}
-	return latch.Action{}, false
-}
