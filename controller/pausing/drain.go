@@ -277,4 +277,3 @@ func (d *Drainer) addDrained(ctx context.Context, pause *v1alpha1.StagePause, na
 	}
 	return nil, fmt.Errorf("recording drained Promotions on StagePause %s: it keeps changing", pause.Name)
 }
-
