@@ -33,6 +33,24 @@ const (
 	// VerifiedAt (mark-verified). The record already names them, so the
 	// request is made once per cycle and Freight.
 	ActionMarkVerified ActionKind = "MarkVerified"
+	// ActionStartVerification: create the AnalysisRun named Run, built as
+	// Kargo builds it (verify-on-latch). The record already names it: the
+	// operator makes it before it stores the record.
+	ActionStartVerification ActionKind = "StartVerification"
+	// ActionVerificationStarted: the record now names kargo-latch's run of
+	// this cycle.
+	ActionVerificationStarted ActionKind = "VerificationStarted"
+	// ActionVerificationFinished: the cycle's run has a result, Phase.
+	ActionVerificationFinished ActionKind = "VerificationFinished"
+	// ActionTerminateRun: set spec.terminate on kargo-latch's run Run,
+	// which no live cycle needs any more.
+	ActionTerminateRun ActionKind = "TerminateRun"
+	// ActionVerificationNotPickedUp: kargo-latch's run shows no phase past
+	// the pickup timeout.
+	ActionVerificationNotPickedUp ActionKind = "VerificationNotPickedUp"
+	// ActionVerificationRunDeleted: kargo-latch's run was deleted before
+	// its result.
+	ActionVerificationRunDeleted ActionKind = "VerificationRunDeleted"
 )
 
 // Action is one consequence of a Step.
@@ -49,6 +67,12 @@ type Action struct {
 	// mark, and the latch time to record as their verifiedAt.
 	Freight    []string
 	VerifiedAt time.Time
+	// Run names the AnalysisRun of the verification actions; Phase is the
+	// result of ActionVerificationFinished, and TimeToResult the time from
+	// the latch to it.
+	Run          string
+	Phase        VerificationPhase
+	TimeToResult time.Duration
 }
 
 // Result is the outcome of one Step.

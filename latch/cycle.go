@@ -79,7 +79,7 @@ func (m *machine) beginCycle(lp *Promotion) {
 		}
 	}
 	r.PromotedAt = &at
-	r.AdoptedAt, r.ResumedAt, r.LatchedAt, r.DegradedSince, r.Failure, r.Verification = nil, nil, nil, nil, nil, nil
+	r.AdoptedAt, r.ResumedAt, r.LatchedAt, r.DegradedSince, r.Failure, r.Verification, r.Analysis = nil, nil, nil, nil, nil, nil, nil
 	r.LatchedBy, r.AppsHealthy, r.AppsRecovered, r.Marked = "", nil, nil, nil
 }
 

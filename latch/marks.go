@@ -56,8 +56,12 @@ func (m *machine) askMark() {
 	if m.rec.LatchedBy == LatchedByApps {
 		why = "every Application was Healthy in this cycle"
 	}
-	m.act(Action{Kind: ActionMarkVerified, Freight: todo, VerifiedAt: *m.rec.LatchedAt,
-		Message: fmt.Sprintf("%s latched (%s)", m.cycleName(), why)})
+	msg, at := fmt.Sprintf("%s latched (%s)", m.cycleName(), why), *m.rec.LatchedAt
+	if a := m.rec.Analysis; a.ByKargoLatch() && a.Phase == VerificationSuccessful && a.FinishTime != nil {
+		// As Kargo marks a verified Freight: at the verification's finish.
+		msg, at = fmt.Sprintf("%s latched (%s) and its AnalysisRun %s succeeded", m.cycleName(), why, a.Run), *a.FinishTime
+	}
+	m.act(Action{Kind: ActionMarkVerified, Freight: todo, VerifiedAt: at, Message: msg})
 }
 
 // markable reports whether the cycle may count as verified now: it is
@@ -68,17 +72,16 @@ func (m *machine) askMark() {
 // verification, it only gives a successful one the Healthy pass Kargo needs.
 func (m *machine) markable() bool {
 	if m.rec.Phase != PhaseLatched || m.rec.LatchedAt == nil || !m.healthJudged() ||
-		len(m.obs.Pauses) > 0 || m.obs.FreightID == "" || m.obs.FreightID != m.rec.FreightID {
-		return false
-	}
-	// The promotion's own Freight must be the one Kargo shows: right after
-	// a promotion, freightHistory[0] may still be the previous Freight's.
-	if lp := m.obs.LastPromotion; lp.Freight != "" && !slices.Contains(m.obs.FreightNames, lp.Freight) {
+		len(m.obs.Pauses) > 0 || !m.ownFreightShown() {
 		return false
 	}
 	if m.obs.HasVerification {
-		v := m.obs.Verification
-		return v != nil && v.Phase == VerificationSuccessful
+		if v := m.obs.Verification; v != nil && v.Phase == VerificationSuccessful {
+			return true
+		}
+		// With verify-on-latch: the run kargo-latch started for this cycle.
+		a := m.rec.Analysis
+		return m.settings.VerifyOnLatch && a.ByKargoLatch() && a.Phase == VerificationSuccessful
 	}
 	return true
 }

@@ -53,6 +53,11 @@ const (
 	VerificationError      VerificationPhase = "Error"
 	VerificationPending    VerificationPhase = "Pending"
 	VerificationRunning    VerificationPhase = "Running"
+	// VerificationInconclusive is an analysis that could not decide; for a
+	// run kargo-latch started it is a failure (VerificationInconclusive).
+	VerificationInconclusive VerificationPhase = "Inconclusive"
+	// VerificationAborted is a run terminated on request.
+	VerificationAborted VerificationPhase = "Aborted"
 )
 
 // UserAbortMessage is how Kargo records a person aborting a verification: as
@@ -64,6 +69,9 @@ type Verification struct {
 	ID      string
 	Phase   VerificationPhase
 	Message string
+	// Run names the AnalysisRun Kargo follows for it (analysisRun.name):
+	// kargo-latch's own run once Kargo has adopted it.
+	Run string
 }
 
 func (v *Verification) terminal() bool {
@@ -127,6 +135,19 @@ type Observation struct {
 	// Progressing, and only the aggregate health counts. So it does unless
 	// both are equal and not zero (appsJudged).
 	HealthChecks, HealthOutputs int
+	// Runs are the AnalysisRuns for this Stage that verify-on-latch may
+	// follow or start from: kargo-latch's own (from its cache), and, in the
+	// sync that is about to start one, any run Kargo's own lookup would
+	// find for the current Freight collection (read live).
+	Runs []Run
+	// RunGone names a run the record follows that the API server no longer
+	// has (read live, never judged from the cache alone: a run just made
+	// may not be cached yet).
+	RunGone string
+	// StartRefused is set when starting this cycle's run was refused as
+	// something kargo-latch cannot build exactly as Kargo would (reported
+	// once); the machine then asks for no run.
+	StartRefused bool
 	// MayMark lets the machine ask to mark Freight verified. The operator
 	// sets it only for a view it has just read from the API server (the
 	// Stage and the pauses covering it), after the latch was stored, and
@@ -172,6 +193,15 @@ type Settings struct {
 	// MarkVerified marks a latched cycle's Freight verified in the Stage,
 	// as Kargo does when it sees the Stage Healthy.
 	MarkVerified bool
+	// VerifyOnLatch starts the Stage's configured verification once a
+	// cycle has latched, when Kargo has not started one (verify-on-latch).
+	VerifyOnLatch bool
+	// VerifyGrace is how long after the latch Kargo is given to start its
+	// own verification before kargo-latch starts it.
+	VerifyGrace time.Duration
+	// VerifyPickupTimeout is how long a run kargo-latch made may show no
+	// phase before that is reported: no analysis controller picked it up.
+	VerifyPickupTimeout time.Duration
 	// NewFailureWindow is how recent a Stage without any record, and its
 	// failed promotion, must be for the operator to act on the failure when
 	// it first sees the Stage: one created and failed while no replica led

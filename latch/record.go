@@ -31,12 +31,15 @@ type FailureReason string
 
 // The failure reasons of the contract.
 const (
-	ReasonPromotionFailed       FailureReason = "PromotionFailed"
-	ReasonPromotionErrored      FailureReason = "PromotionErrored"
-	ReasonVerificationFailed    FailureReason = "VerificationFailed"
-	ReasonVerificationError     FailureReason = "VerificationError"
-	ReasonDegraded              FailureReason = "Degraded"
-	ReasonLatchDeadlineExceeded FailureReason = "LatchDeadlineExceeded"
+	ReasonPromotionFailed    FailureReason = "PromotionFailed"
+	ReasonPromotionErrored   FailureReason = "PromotionErrored"
+	ReasonVerificationFailed FailureReason = "VerificationFailed"
+	ReasonVerificationError  FailureReason = "VerificationError"
+	// ReasonVerificationInconclusive: kargo-latch's run of the configured
+	// analysis could not decide (verify-on-latch).
+	ReasonVerificationInconclusive FailureReason = "VerificationInconclusive"
+	ReasonDegraded                 FailureReason = "Degraded"
+	ReasonLatchDeadlineExceeded    FailureReason = "LatchDeadlineExceeded"
 )
 
 // What formed a latch (Record.LatchedBy).
@@ -102,7 +105,12 @@ type Record struct {
 	ExaminedPromotion    string `json:"examinedPromotion,omitempty"`
 	ExaminedVerification string `json:"examinedVerification,omitempty"`
 
-	// Verification is the newest record of this cycle; History holds the
+	// Analysis is the cycle's configured verification (an AnalysisRun),
+	// apart from the latch's verdict on health (Verification).
+	Analysis *Analysis `json:"analysis,omitempty"`
+
+	// Verification is the latch's verdict on the cycle's health (a latch,
+	// or a failure), never an analysis; History holds the
 	// newest HistoryLimit records of all cycles, newest first.
 	Verification *VerificationRecord  `json:"verification,omitempty"`
 	History      []VerificationRecord `json:"history,omitempty"`
@@ -264,6 +272,10 @@ func (r *Record) clone() Record {
 	if r.Verification != nil {
 		v := *r.Verification
 		c.Verification = &v
+	}
+	if r.Analysis != nil {
+		a := *r.Analysis
+		c.Analysis = &a
 	}
 	if r.Failure != nil {
 		f := *r.Failure

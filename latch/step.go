@@ -22,6 +22,7 @@ func Step(s Settings, prior Record, obs Observation, now time.Time) Result {
 	}
 	m.judgeHealth()
 	m.checkDeadlines()
+	m.verify()
 	m.trackPauses(prior)
 	m.markVerified(prior)
 	return Result{Record: m.rec, Actions: m.actions, RequeueAfter: m.requeueAfter()}
@@ -69,6 +70,21 @@ func (m *machine) baseline() {
 }
 
 func (m *machine) requeueAfter() time.Duration {
+	return earliest(m.phaseRequeue(), m.verifyRequeue())
+}
+
+// earliest is the sooner of two delays, where zero means none.
+func earliest(a, b time.Duration) time.Duration {
+	switch {
+	case a <= 0:
+		return b
+	case b <= 0:
+		return a
+	}
+	return min(a, b)
+}
+
+func (m *machine) phaseRequeue() time.Duration {
 	switch m.rec.Phase {
 	case PhasePromoted:
 		if d := m.settings.LatchDeadline; d > 0 && len(m.rec.Pauses) == 0 {

@@ -1,0 +1,315 @@
+package latch
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+)
+
+// Analysis is the configured verification of a cycle (the Stage's
+// spec.verification, an Argo Rollouts AnalysisRun), kept apart from the
+// latch's own health verdict (Record.Verification): a latch is never a
+// passed analysis. It mirrors Kargo's VerificationInfo.
+type Analysis struct {
+	// ID is Kargo's VerificationInfo ID when Kargo verifies; the run's
+	// name when kargo-latch started it.
+	ID string `json:"id"`
+	// Actor is Actor when kargo-latch started the run (verify-on-latch),
+	// else KargoActor: Kargo started it and kargo-latch follows it.
+	Actor string `json:"actor"`
+	// Run names the AnalysisRun, in the Stage's namespace.
+	Run string `json:"analysisRun,omitempty"`
+	// Phase is the run's phase: empty until an analysis controller picks
+	// the run up, then Kargo's verification phases.
+	Phase      VerificationPhase `json:"phase,omitempty"`
+	StartTime  *time.Time        `json:"startTime,omitempty"`
+	FinishTime *time.Time        `json:"finishTime,omitempty"`
+	Message    string            `json:"message,omitempty"`
+	// Attempt counts the runs kargo-latch started for this cycle: a run
+	// someone deleted is started again once.
+	Attempt int `json:"attempt,omitempty"`
+	// AdoptedByKargo: Kargo's own status now follows kargo-latch's run.
+	AdoptedByKargo bool `json:"adoptedByKargo,omitempty"`
+	// PickupReported: the run showed no phase past VerifyPickupTimeout, and
+	// that was reported.
+	PickupReported bool `json:"pickupReported,omitempty"`
+}
+
+// KargoActor is the Analysis actor of a verification Kargo started.
+const KargoActor = "kargo"
+
+// ByKargoLatch reports whether kargo-latch started the analysis.
+func (a *Analysis) ByKargoLatch() bool { return a != nil && a.Actor == Actor }
+
+// Terminal reports whether the analysis has a result.
+func (a *Analysis) Terminal() bool {
+	return a != nil && a.Phase != "" && a.Phase != VerificationPending && a.Phase != VerificationRunning
+}
+
+// Run is an AnalysisRun as verify-on-latch sees it.
+type Run struct {
+	Name string
+	// Collection is the run's kargo.akuity.io/freight-collection label.
+	Collection string
+	// Ours: the run carries kargo-latch's marker (kargo-latch made it).
+	Ours    bool
+	Created time.Time
+	// Phase is status.phase: empty until an analysis controller picks the
+	// run up.
+	Phase      VerificationPhase
+	Message    string
+	StartedAt  *time.Time
+	FinishedAt *time.Time
+	// Terminating: spec.terminate is set.
+	Terminating bool
+}
+
+func (r Run) terminal() bool {
+	return r.Phase != "" && r.Phase != VerificationPending && r.Phase != VerificationRunning
+}
+
+// RunName derives the name of the AnalysisRun kargo-latch starts for a
+// cycle, in Kargo's shape (<stage>.<id>.<freight collection>), from what
+// identifies the cycle and the attempt: a sync judged again after a crash
+// asks for the same run, and never makes a second.
+func RunName(stage, collection, cycle string, attempt int) string {
+	sum := sha256.Sum256([]byte(fmt.Sprintf("%s\x00%s\x00%s\x00%d", stage, collection, cycle, attempt)))
+	suffix := ".latch-" + hex.EncodeToString(sum[:5]) + "." + strings.ToLower(collection)
+	const maxName = 253
+	if len(stage)+len(suffix) > maxName {
+		stage = strings.TrimRight(stage[:maxName-len(suffix)], ".-")
+	}
+	return strings.ToLower(stage) + suffix
+}
+
+// verify looks after the cycle's configured verification: it terminates
+// kargo-latch's runs that no cycle needs any more, follows the
+// verification of the current cycle (Kargo's own, or kargo-latch's run),
+// and, with verify-on-latch, starts the run Kargo would start once the
+// cycle has latched and Kargo has not started one within the grace.
+func (m *machine) verify() {
+	m.terminateStrayRuns()
+	if !m.settings.VerifyOnLatch || !m.obs.HasVerification || m.rec.FreightID == "" || m.obs.FreightID != m.rec.FreightID {
+		return
+	}
+	switch a := m.rec.Analysis; {
+	case a == nil:
+		m.beginAnalysis()
+	case a.ByKargoLatch():
+		m.followOwnRun(a)
+	default:
+		m.followKargo(a)
+	}
+}
+
+// terminateStrayRuns asks to terminate each running run of kargo-latch's
+// for this Stage that belongs to no live analysis: one of a superseded
+// cycle, or of a cycle that failed meanwhile (as Kargo aborts a
+// verification: spec.terminate).
+func (m *machine) terminateStrayRuns() {
+	a := m.rec.Analysis
+	for _, r := range m.obs.Runs {
+		if !r.Ours || r.terminal() || r.Terminating {
+			continue
+		}
+		current := a.ByKargoLatch() && a.Run == r.Name
+		why := "the cycle it verifies was superseded by " + m.cycleName()
+		switch {
+		case current && m.rec.Phase == PhaseFailed:
+			why = "the cycle it verifies failed (" + string(m.rec.Failure.Reason) + ")"
+		case current:
+			continue
+		}
+		m.act(Action{Kind: ActionTerminateRun, Run: r.Name, Message: "terminating AnalysisRun " + r.Name + ": " + why})
+	}
+}
+
+// beginAnalysis finds the cycle's verification once it has latched: Kargo's
+// own, shown in its status or by a run its lookup would find, or
+// kargo-latch's own run of this cycle, made before a crash; failing those,
+// and once Kargo has had its grace, it asks to start one.
+func (m *machine) beginAnalysis() {
+	if m.rec.Phase != PhaseLatched || m.rec.LatchedAt == nil || !m.healthJudged() || !m.ownFreightShown() {
+		return
+	}
+	if v := m.obs.Verification; v != nil && v.ID != "" {
+		m.rec.Analysis = &Analysis{ID: v.ID, Actor: KargoActor}
+		m.followKargo(m.rec.Analysis)
+		return
+	}
+	name := RunName(m.obs.Stage, m.rec.FreightID, m.rec.Cycle(), 1)
+	if r, ok := m.runFor(name); ok {
+		m.adoptRun(r)
+		return
+	}
+	if m.obs.StartRefused || m.now.Before(m.rec.LatchedAt.Add(m.settings.VerifyGrace)) {
+		return
+	}
+	m.startRun(name, 1, "the cycle latched and Kargo started no verification within "+m.settings.VerifyGrace.String())
+}
+
+// runFor finds the run to adopt for this cycle: kargo-latch's own of this
+// name, else the newest run Kargo's lookup would find for the collection
+// (Kargo adopts the newest too).
+func (m *machine) runFor(name string) (Run, bool) {
+	var found *Run
+	for i, r := range m.obs.Runs {
+		switch {
+		case r.Ours && r.Name == name:
+			return r, true
+		case !r.Ours && r.Collection == m.rec.FreightID && (found == nil || r.Created.After(found.Created)):
+			found = &m.obs.Runs[i]
+		}
+	}
+	if found == nil {
+		return Run{}, false
+	}
+	return *found, true
+}
+
+func (m *machine) adoptRun(r Run) {
+	if !r.Ours {
+		m.rec.Analysis = &Analysis{ID: r.Name, Actor: KargoActor, Run: r.Name, Phase: r.Phase}
+		return
+	}
+	start := r.Created
+	m.rec.Analysis = &Analysis{ID: r.Name, Actor: Actor, Run: r.Name, Attempt: 1, StartTime: &start}
+	m.act(Action{Kind: ActionVerificationStarted, Run: r.Name, Message: "AnalysisRun " + r.Name + " verifies " + m.cycleName()})
+	m.followOwnRun(m.rec.Analysis)
+}
+
+// startRun records the run it asks for: the operator makes it before it
+// stores the record, so a stored record never names a run never made.
+func (m *machine) startRun(name string, attempt int, why string) {
+	now := m.now
+	m.rec.Analysis = &Analysis{ID: name, Actor: Actor, Run: name, Attempt: attempt, StartTime: &now}
+	m.act(Action{Kind: ActionStartVerification, Run: name, Message: why})
+	m.act(Action{Kind: ActionVerificationStarted, Run: name, Message: "AnalysisRun " + name + " verifies " + m.cycleName() + ": " + why})
+}
+
+// followOwnRun mirrors kargo-latch's run into the record, and judges its
+// result: Successful lets the cycle's Freight be marked; Failed, Error and
+// Inconclusive fail the cycle, as Kargo's own verification would.
+func (m *machine) followOwnRun(a *Analysis) {
+	if a.Terminal() {
+		return
+	}
+	i := slices.IndexFunc(m.obs.Runs, func(r Run) bool { return r.Name == a.Run })
+	if i < 0 {
+		if m.obs.RunGone == a.Run {
+			m.runDeleted(a)
+		}
+		return
+	}
+	r := m.obs.Runs[i]
+	if v := m.obs.Verification; v != nil && v.Run == a.Run {
+		a.AdoptedByKargo = true
+	}
+	if r.StartedAt != nil {
+		a.StartTime = r.StartedAt
+	}
+	if r.Phase == "" || r.Phase == VerificationPending {
+		if !a.PickupReported && a.StartTime != nil && !m.now.Before(a.StartTime.Add(m.settings.VerifyPickupTimeout)) && r.Phase == "" {
+			a.PickupReported = true
+			m.act(Action{Kind: ActionVerificationNotPickedUp, Run: a.Run,
+				Message: fmt.Sprintf("AnalysisRun %s shows no phase %s after it was made: no Argo Rollouts analysis controller has picked it up", a.Run, m.settings.VerifyPickupTimeout)})
+		}
+		a.Phase = r.Phase
+		return
+	}
+	a.Phase, a.Message = r.Phase, bounded(r.Message)
+	if !r.terminal() {
+		return
+	}
+	finish := m.now
+	if r.FinishedAt != nil {
+		finish = *r.FinishedAt
+	}
+	a.FinishTime = &finish
+	if r.Terminating {
+		a.Phase, a.Message = VerificationAborted, withDetail("terminated by kargo-latch", a.Message)
+	}
+	done := Action{Kind: ActionVerificationFinished, Run: a.Run, Phase: a.Phase,
+		Message: withDetail(fmt.Sprintf("AnalysisRun %s of %s: %s", a.Run, m.cycleName(), a.Phase), a.Message)}
+	if m.rec.LatchedAt != nil {
+		done.TimeToResult = max(0, finish.Sub(*m.rec.LatchedAt))
+	}
+	m.act(done)
+	if reason, ok := analysisFailure(a.Phase); ok {
+		m.fail(reason, done.Message)
+	}
+}
+
+// analysisFailure maps a run's result onto the cycle's failure.
+func analysisFailure(p VerificationPhase) (FailureReason, bool) {
+	switch p {
+	case VerificationFailed:
+		return ReasonVerificationFailed, true
+	case VerificationError:
+		return ReasonVerificationError, true
+	case VerificationInconclusive:
+		return ReasonVerificationInconclusive, true
+	}
+	return "", false
+}
+
+// runDeleted handles a run someone deleted before its result: it is started
+// again once, under the next attempt's name; a second deletion is taken as
+// an abort, reported, and never a failure.
+func (m *machine) runDeleted(a *Analysis) {
+	if a.Attempt < 2 {
+		m.act(Action{Kind: ActionVerificationRunDeleted, Run: a.Run, Message: "AnalysisRun " + a.Run + " was deleted before its result; starting it again once"})
+		m.startRun(RunName(m.obs.Stage, m.rec.FreightID, m.rec.Cycle(), a.Attempt+1), a.Attempt+1, "AnalysisRun "+a.Run+" was deleted")
+		return
+	}
+	now := m.now
+	a.Phase, a.FinishTime, a.Message = VerificationAborted, &now, "AnalysisRun deleted again before its result; kargo-latch starts no more runs for this cycle"
+	m.act(Action{Kind: ActionVerificationRunDeleted, Run: a.Run, Message: "AnalysisRun " + a.Run + " was deleted again before its result; no more runs are started for " + m.cycleName()})
+}
+
+// followKargo mirrors Kargo's own verification of the cycle. Its failures
+// are judged from Kargo's status (examineVerification), as they were before
+// verify-on-latch.
+func (m *machine) followKargo(a *Analysis) {
+	v := m.obs.Verification
+	if v == nil || v.ID == "" {
+		return
+	}
+	if v.ID != a.ID && a.ID != a.Run {
+		// A new verification (a reverify, say) replaces the one followed.
+		*a = Analysis{ID: v.ID, Actor: KargoActor}
+	}
+	a.ID, a.Phase, a.Message = v.ID, v.Phase, bounded(v.Message)
+	if v.Run != "" {
+		a.Run = v.Run
+	}
+}
+
+// ownFreightShown reports whether Kargo's status shows the cycle's own
+// Freight: right after a promotion, freightHistory[0] may still be the
+// previous Freight's.
+func (m *machine) ownFreightShown() bool {
+	if m.obs.FreightID == "" || m.obs.FreightID != m.rec.FreightID {
+		return false
+	}
+	lp := m.obs.LastPromotion
+	return lp == nil || lp.Freight == "" || slices.Contains(m.obs.FreightNames, lp.Freight)
+}
+
+// verifyRequeue says when a time-based step of verify-on-latch is due: the
+// end of Kargo's grace, or of the pickup timeout.
+func (m *machine) verifyRequeue() time.Duration {
+	if !m.settings.VerifyOnLatch || !m.obs.HasVerification || m.rec.Phase != PhaseLatched || m.rec.LatchedAt == nil {
+		return 0
+	}
+	switch a := m.rec.Analysis; {
+	case a == nil && !m.obs.StartRefused:
+		return max(0, m.rec.LatchedAt.Add(m.settings.VerifyGrace).Sub(m.now))
+	case a.ByKargoLatch() && a.Phase == "" && !a.PickupReported && a.StartTime != nil:
+		return max(0, a.StartTime.Add(m.settings.VerifyPickupTimeout).Sub(m.now))
+	}
+	return 0
+}

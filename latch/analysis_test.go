@@ -1,0 +1,243 @@
+package latch
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+)
+
+// verifying is the settings of a Stage with verify-on-latch and a grace of
+// 10 s, a pickup timeout of 2 min, and pause-on-failure.
+func verifying() Settings {
+	s := defaults()
+	s.VerifyOnLatch, s.VerifyGrace, s.VerifyPickupTimeout, s.PauseOnFailure = true, 10*time.Second, 2*time.Minute, true
+	return s
+}
+
+// latchedView is what Kargo shows of the latched cycle p1 under flapping
+// health: Progressing, a configured verification, none started by Kargo.
+func latchedView() Observation {
+	o := stageAfterP1(HealthProgressing)
+	o.Stage, o.HasVerification, o.FreightNames, o.PreviousHealth = "test", true, []string{"f-p1"}, HealthProgressing
+	return o
+}
+
+var cycleRun = RunName("test", "F1", "F1/p1", 1)
+
+func ownRun(phase VerificationPhase) Run {
+	return Run{Name: cycleRun, Collection: "F1", Ours: true, Created: at(minutes(3)), Phase: phase, StartedAt: ptr(minutes(3))}
+}
+
+func started() Record {
+	r := latched()
+	r.Analysis = &Analysis{ID: cycleRun, Actor: Actor, Run: cycleRun, Attempt: 1, StartTime: ptr(minutes(3))}
+	return r
+}
+
+func kinds(res Result) []ActionKind {
+	var k []ActionKind
+	for _, a := range res.Actions {
+		k = append(k, a.Kind)
+	}
+	return k
+}
+
+func TestVerifyOnLatchWaitsForKargoThenStarts(t *testing.T) {
+	// Within the grace: nothing, and a look when it ends.
+	res := Step(verifying(), latched(), latchedView(), at(minutes(2)+5*time.Second))
+	if len(res.Actions) != 0 || res.Record.Analysis != nil {
+		t.Fatalf("within the grace: %v, analysis %+v", kinds(res), res.Record.Analysis)
+	}
+	if res.RequeueAfter != 5*time.Second {
+		t.Errorf("requeue = %v, want 5s (the grace's end)", res.RequeueAfter)
+	}
+	// Past it: the run is asked for, and the record names it already.
+	res = Step(verifying(), latched(), latchedView(), at(minutes(3)))
+	if diff := cmp.Diff([]ActionKind{ActionStartVerification, ActionVerificationStarted}, kinds(res)); diff != "" {
+		t.Fatalf("actions (-want +got):\n%s", diff)
+	}
+	if a := res.Record.Analysis; a == nil || a.Run != cycleRun || a.Actor != Actor || a.Attempt != 1 {
+		t.Fatalf("analysis = %+v", a)
+	}
+	// The same judgement again asks for the same run: exactly one per cycle.
+	again := Step(verifying(), latched(), latchedView(), at(minutes(4)))
+	if a, _ := again.Action(ActionStartVerification); a.Run != cycleRun {
+		t.Errorf("a replayed judgement asks for %q, want %q", a.Run, cycleRun)
+	}
+}
+
+func TestVerifyOnLatchFollowsKargo(t *testing.T) {
+	obs := with(latchedView(), func(o *Observation) {
+		o.Verification = &Verification{ID: "k1", Phase: VerificationRunning, Run: "test.01abc.f1"}
+	})
+	res := Step(verifying(), latched(), obs, at(minutes(5)))
+	if res.Has(ActionStartVerification) {
+		t.Fatal("started a run although Kargo verifies")
+	}
+	want := &Analysis{ID: "k1", Actor: KargoActor, Run: "test.01abc.f1", Phase: VerificationRunning}
+	if diff := cmp.Diff(want, res.Record.Analysis); diff != "" {
+		t.Errorf("analysis (-want +got):\n%s", diff)
+	}
+	// A run Kargo's lookup would find, before its status names it.
+	obs = with(latchedView(), func(o *Observation) {
+		o.Runs = []Run{{Name: "test.01abc.f1", Collection: "F1", Created: at(minutes(2))}}
+	})
+	res = Step(verifying(), latched(), obs, at(minutes(5)))
+	if res.Has(ActionStartVerification) || res.Record.Analysis == nil || res.Record.Analysis.Actor != KargoActor {
+		t.Errorf("with Kargo's run found: %v, %+v", kinds(res), res.Record.Analysis)
+	}
+}
+
+func TestVerifyOnLatchAdoptsItsOwnRunAfterACrash(t *testing.T) {
+	obs := with(latchedView(), func(o *Observation) { o.Runs = []Run{ownRun("")} })
+	res := Step(verifying(), latched(), obs, at(minutes(4)))
+	if res.Has(ActionStartVerification) {
+		t.Fatal("asked for a second run")
+	}
+	if !res.Has(ActionVerificationStarted) || res.Record.Analysis.Run != cycleRun {
+		t.Errorf("adoption: %v, %+v", kinds(res), res.Record.Analysis)
+	}
+}
+
+func TestVerifyOnLatchResults(t *testing.T) {
+	for _, tc := range []struct {
+		phase  VerificationPhase
+		reason FailureReason
+	}{
+		{VerificationSuccessful, ""},
+		{VerificationFailed, ReasonVerificationFailed},
+		{VerificationError, ReasonVerificationError},
+		{VerificationInconclusive, ReasonVerificationInconclusive},
+	} {
+		t.Run(string(tc.phase), func(t *testing.T) {
+			run := ownRun(tc.phase)
+			run.FinishedAt = ptr(minutes(6))
+			run.Message = "metric ok"
+			obs := with(latchedView(), func(o *Observation) { o.Runs = []Run{run} })
+			res := Step(verifying(), started(), obs, at(minutes(7)))
+			done, ok := res.Action(ActionVerificationFinished)
+			if !ok || done.Phase != tc.phase || done.TimeToResult != minutes(4) {
+				t.Fatalf("finished = %+v (%v)", done, ok)
+			}
+			a := res.Record.Analysis
+			if a.Phase != tc.phase || a.FinishTime == nil || !a.FinishTime.Equal(at(minutes(6))) {
+				t.Errorf("analysis = %+v", a)
+			}
+			if tc.reason == "" {
+				if res.Record.Phase != PhaseLatched || res.Has(ActionFailed) {
+					t.Errorf("a successful run failed the cycle: %v", kinds(res))
+				}
+				return
+			}
+			if res.Record.Failure == nil || res.Record.Failure.Reason != tc.reason || !res.Has(ActionCreatePause) {
+				t.Errorf("failure = %+v, actions %v", res.Record.Failure, kinds(res))
+			}
+			// Judged once: the stored result is not judged again.
+			again := Step(verifying(), res.Record, obs, at(minutes(8)))
+			if again.Has(ActionVerificationFinished) || again.Has(ActionFailed) {
+				t.Errorf("judged twice: %v", kinds(again))
+			}
+		})
+	}
+}
+
+func TestVerifyOnLatchMarksAtTheRunsFinish(t *testing.T) {
+	s := verifying()
+	s.MarkVerified = true
+	rec := started()
+	rec.Analysis.Phase, rec.Analysis.FinishTime = VerificationSuccessful, ptr(minutes(6))
+	obs := with(latchedView(), func(o *Observation) { o.MayMark = true })
+	res := Step(s, rec, obs, at(minutes(7)))
+	a, ok := res.Action(ActionMarkVerified)
+	if !ok || !a.VerifiedAt.Equal(at(minutes(6))) {
+		t.Fatalf("mark = %+v (%v)", a, ok)
+	}
+	// Not before the run succeeded.
+	rec = started()
+	rec.Analysis.Phase = VerificationRunning
+	if res := Step(s, rec, obs, at(minutes(7))); res.Has(ActionMarkVerified) {
+		t.Error("marked while the run was running")
+	}
+}
+
+func TestVerifyOnLatchTerminates(t *testing.T) {
+	// The cycle degrades past its grace while its run is running.
+	rec := started()
+	rec.Phase, rec.DegradedSince = PhaseDegraded, ptr(minutes(4))
+	obs := with(latchedView(), func(o *Observation) {
+		o.Health = HealthUnhealthy
+		o.Runs = []Run{ownRun(VerificationRunning)}
+	})
+	res := Step(verifying(), rec, obs, at(minutes(10)))
+	if a, ok := res.Action(ActionTerminateRun); !ok || a.Run != cycleRun {
+		t.Errorf("degraded failure: %v", kinds(res))
+	}
+	// A newer promotion supersedes the run: terminated, and none started
+	// for the old Freight.
+	obs = Observation{Stage: "test", HasVerification: true, LastPromotion: promo("p2", PromotionSucceeded, minutes(9)),
+		FreightID: "F2", Freight: "f-p2", FreightNames: []string{"f-p2"}, Health: HealthProgressing, Runs: []Run{ownRun(VerificationRunning)}}
+	res = Step(verifying(), started(), obs, at(minutes(10)))
+	if a, ok := res.Action(ActionTerminateRun); !ok || a.Run != cycleRun {
+		t.Errorf("superseded: %v", kinds(res))
+	}
+	if res.Has(ActionStartVerification) || res.Record.Analysis != nil {
+		t.Errorf("the new cycle started at once: %v %+v", kinds(res), res.Record.Analysis)
+	}
+	// A run already told to terminate is not told again.
+	obs.Runs[0].Terminating = true
+	if res := Step(verifying(), started(), obs, at(minutes(10))); res.Has(ActionTerminateRun) {
+		t.Error("terminated twice")
+	}
+}
+
+func TestVerifyOnLatchDeletedRunStartsAgainOnce(t *testing.T) {
+	obs := with(latchedView(), func(o *Observation) { o.RunGone = cycleRun })
+	res := Step(verifying(), started(), obs, at(minutes(5)))
+	second := RunName("test", "F1", "F1/p1", 2)
+	if a, ok := res.Action(ActionStartVerification); !ok || a.Run != second || res.Record.Analysis.Attempt != 2 {
+		t.Fatalf("first deletion: %v, %+v", kinds(res), res.Record.Analysis)
+	}
+	obs.RunGone = second
+	res = Step(verifying(), res.Record, obs, at(minutes(6)))
+	if res.Has(ActionStartVerification) || !res.Has(ActionVerificationRunDeleted) || res.Has(ActionFailed) {
+		t.Errorf("second deletion: %v", kinds(res))
+	}
+	if res.Record.Analysis.Phase != VerificationAborted {
+		t.Errorf("analysis = %+v", res.Record.Analysis)
+	}
+}
+
+func TestVerifyOnLatchReportsARunNobodyPicksUp(t *testing.T) {
+	obs := with(latchedView(), func(o *Observation) { o.Runs = []Run{ownRun("")} })
+	res := Step(verifying(), started(), obs, at(minutes(4)))
+	if res.Has(ActionVerificationNotPickedUp) || res.RequeueAfter != minutes(1) {
+		t.Fatalf("before the timeout: %v, requeue %v", kinds(res), res.RequeueAfter)
+	}
+	res = Step(verifying(), started(), obs, at(minutes(5)))
+	if !res.Has(ActionVerificationNotPickedUp) || res.Has(ActionFailed) || res.Has(ActionCreatePause) {
+		t.Fatalf("at the timeout: %v", kinds(res))
+	}
+	if again := Step(verifying(), res.Record, obs, at(minutes(6))); again.Has(ActionVerificationNotPickedUp) {
+		t.Error("reported twice")
+	}
+}
+
+func TestVerifyOnLatchRefusedStartAsksNothing(t *testing.T) {
+	obs := with(latchedView(), func(o *Observation) { o.StartRefused = true })
+	res := Step(verifying(), latched(), obs, at(minutes(5)))
+	if len(res.Actions) != 0 || res.Record.Analysis != nil || res.RequeueAfter != 0 {
+		t.Errorf("refused: %v, %+v, requeue %v", kinds(res), res.Record.Analysis, res.RequeueAfter)
+	}
+}
+
+func TestRunNameIsAValidBoundedName(t *testing.T) {
+	n := RunName(strings.Repeat("a", 250), "0123456789abcdef0123456789abcdef01234567", "c", 1)
+	if len(n) > 253 {
+		t.Errorf("len = %d", len(n))
+	}
+	if RunName("s", "F", "c", 1) == RunName("s", "F", "c", 2) {
+		t.Error("attempts share a name")
+	}
+}
