@@ -17,6 +17,9 @@ const (
 	DegradedGraceAnnotation  = "kargo-latch.io/degraded-grace"
 	DrainOnPauseAnnotation   = "kargo-latch.io/drain-on-pause"
 	MarkVerifiedAnnotation   = "kargo-latch.io/mark-verified"
+	// VerifyOnLatchAnnotation: start the Stage's configured verification
+	// once a cycle has latched, when Kargo has not (verify-on-latch).
+	VerifyOnLatchAnnotation = "kargo-latch.io/verify-on-latch"
 	// DrainedByAnnotation goes on a Promotion with the abort request of a
 	// drain, naming the UID of the StagePause it drained for: once Kargo has
 	// finished the Promotion (Aborted), it is how a drain tells its own
@@ -48,6 +51,20 @@ const (
 	ReasonFreightVerified       = "FreightVerified"
 	ReasonMarkVerifiedForbidden = "MarkVerifiedForbidden"
 	ReasonTooManyApps           = "TooManyApplications"
+)
+
+// Event reasons of verify-on-latch: the cycle's analysis, kept apart from
+// the latch's verdict on health (HealthLatched).
+const (
+	ReasonVerificationStarted    = "VerificationStarted"
+	ReasonVerificationSucceeded  = "VerificationSucceeded"
+	ReasonVerificationFailed     = "VerificationFailed"
+	ReasonVerificationTerminated = "VerificationTerminated"
+	// Warnings: what kept an analysis from running. None of them pauses.
+	ReasonVerificationUnsupported = "VerificationUnsupported"
+	ReasonVerificationNotPickedUp = "VerificationNotPickedUp"
+	ReasonVerificationRunDeleted  = "VerificationRunDeleted"
+	ReasonVerificationForbidden   = "VerificationForbidden"
 )
 
 // ReasonGateBypassed is the Warning on a Stage when an auto-promotion to it

@@ -30,6 +30,7 @@ import (
 	"github.com/kargo-latch/kargo-latch/controller/pausing"
 	"github.com/kargo-latch/kargo-latch/controller/promotioncache"
 	"github.com/kargo-latch/kargo-latch/controller/report"
+	"github.com/kargo-latch/kargo-latch/controller/verification"
 	"github.com/kargo-latch/kargo-latch/kargo"
 	"github.com/kargo-latch/kargo-latch/latch"
 	"github.com/kargo-latch/kargo-latch/metrics"
@@ -80,6 +81,13 @@ type Config struct {
 	// that is reported: a brand-new Stage has none until Kargo reconciles
 	// it (default 1m).
 	StatusMissingAfter time.Duration
+	// VerifyOnLatch lets Stages opt into verify-on-latch: the operator
+	// watches the AnalysisRuns it makes and may start them (it has the
+	// verify-on-latch rights, and Argo Rollouts' CRDs are installed).
+	VerifyOnLatch bool
+	// RolloutsInstanceID labels the runs it starts for that Argo Rollouts
+	// controller instance, as Kargo's ROLLOUTS_CONTROLLER_INSTANCE_ID.
+	RolloutsInstanceID string
 	// CacheSyncTimeout bounds Start's wait for the caches; 0 waits until
 	// the context is done. A cache that cannot list (a missing CRD or
 	// right) then fails Start with the reason, rather than hanging.
@@ -100,6 +108,9 @@ type Controller struct {
 	// drain of queued auto-promotions.
 	failures *pausing.Failures
 	drainer  *pausing.Drainer
+	// starter makes and terminates verify-on-latch's AnalysisRuns
+	// (controller/verification).
+	starter *verification.Starter
 
 	// selectors are the label selectors of this operator's shard.
 	selectors []string
@@ -108,7 +119,10 @@ type Controller struct {
 	// selector (see stageInformersFor).
 	stageInformers map[string][]cache.SharedIndexInformer
 	pauseInformers map[string]cache.SharedIndexInformer
-	informers      []cache.SharedIndexInformer
+	// runInformers hold kargo-latch's own AnalysisRuns (verify-on-latch);
+	// nil without it.
+	runInformers map[string]cache.SharedIndexInformer
+	informers    []cache.SharedIndexInformer
 	caches         []watchedCache
 	problems       cacheProblems
 	// promotions caches the unfinished Promotions (controller/promotioncache).
@@ -167,6 +181,10 @@ func New(cfg Config) (*Controller, error) {
 		stageInformers: map[string][]cache.SharedIndexInformer{},
 		pauseInformers: map[string]cache.SharedIndexInformer{},
 	}
+	c.starter = &verification.Starter{Dynamic: cfg.Dynamic, InstanceID: cfg.RolloutsInstanceID}
+	if cfg.VerifyOnLatch {
+		c.runInformers = map[string]cache.SharedIndexInformer{}
+	}
 	c.marker = markverified.New(cfg.Dynamic, c.report, cfg.Metrics, c.livePauses)
 	c.failures = &pausing.Failures{Dynamic: cfg.Dynamic, Report: c.report}
 	c.drainer = &pausing.Drainer{
@@ -199,7 +217,11 @@ func New(cfg Config) (*Controller, error) {
 }
 
 func (c *Controller) watchNamespace(ns string) error {
-	for _, watch := range []func(string) error{c.watchStages, c.watchPromotions, c.watchPauses} {
+	watches := []func(string) error{c.watchStages, c.watchPromotions, c.watchPauses}
+	if c.cfg.VerifyOnLatch {
+		watches = append(watches, c.watchRuns)
+	}
+	for _, watch := range watches {
 		if err := watch(ns); err != nil {
 			return err
 		}

@@ -38,7 +38,9 @@ func (c *Controller) afterStore(stage *kargo.Stage, pauses []*v1alpha1.StagePaus
 		case latch.ActionResumed:
 			c.report.Event(stage, corev1.EventTypeNormal, api.ReasonStageResumed, resumedMessage(stage))
 			c.cfg.Metrics.ResumesTotal.WithLabelValues(ns, name).Inc()
-		case latch.ActionCycleStarted, latch.ActionCreatePause, latch.ActionMarkVerified:
+		case latch.ActionVerificationStarted, latch.ActionVerificationFinished, latch.ActionVerificationNotPickedUp, latch.ActionVerificationRunDeleted:
+			c.reportVerification(stage, a)
+		case latch.ActionCycleStarted, latch.ActionCreatePause, latch.ActionMarkVerified, latch.ActionStartVerification, latch.ActionTerminateRun:
 			// Kargo announces promotions itself; a new pause is reported
 			// when it takes effect (Paused).
 		}

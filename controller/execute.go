@@ -23,6 +23,13 @@ func (c *Controller) execute(ctx context.Context, s *snapshot, p plan) (time.Dur
 			return 0, err
 		}
 	}
+	// 1b. The cycle's AnalysisRun, made before the record names it.
+	if p.startRun != nil {
+		var err error
+		if s, p, err = c.startVerification(ctx, s, p); s == nil || err != nil {
+			return 0, err
+		}
+	}
 	m := s.memo
 	c.failures.ReportDryRun(ctx, s.stage, p.dryRunPauses)
 	if s.dryRun && !s.leftAlone {
@@ -68,6 +75,10 @@ func (c *Controller) execute(ctx context.Context, s *snapshot, p plan) (time.Dur
 	if err := c.releasePauses(ctx, p.release); err != nil {
 		return 0, err
 	}
+	// 4b. Runs no cycle needs any more stopped, the record saying why.
+	if err := c.terminateRuns(ctx, s.stage, m, p.terminate); err != nil {
+		return 0, err
+	}
 	// 5. The mark, judged again on the stored view.
 	if reads != nil {
 		if err := c.markPass(ctx, s, stored, reads); err != nil {
@@ -87,7 +98,7 @@ func (c *Controller) execute(ctx context.Context, s *snapshot, p plan) (time.Dur
 	if after := p.result.RequeueAfter; after > 0 {
 		klog.FromContext(ctx).V(4).Info("Time-based transition pending", "phase", p.result.Record.Phase, "after", after)
 	}
-	return earliest(earliest(p.result.RequeueAfter, statusCheck), m.mark.RetryIn(s.now)), nil
+	return earliest(earliest(p.result.RequeueAfter, statusCheck), earliest(m.mark.RetryIn(s.now), c.verifyRetryIn(s))), nil
 }
 
 // drainBeside drains a Stage as planned, concurrently with the caller's

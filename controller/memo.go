@@ -3,6 +3,7 @@ package controller
 import (
 	"hash/maphash"
 	"sync"
+	"time"
 
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/cache"
@@ -43,6 +44,15 @@ type memo struct {
 	// dryRunRecord stands in for the annotation in --dry-run, which writes
 	// nothing; nil when there is none.
 	dryRunRecord *latch.Record
+
+	// verifyRefused is the last refused start of a run reported (cycle and
+	// message); verifyRefusedCycle's start is not tried again before
+	// verifyRetryAt. terminated names the runs this replica told to
+	// terminate lately, so that each is told once.
+	verifyRefused      string
+	verifyRefusedCycle string
+	verifyRetryAt      time.Time
+	terminated         []string
 
 	// unreadableCopy stands for the cached copy of the record last
 	// reported unreadable (recordOf).

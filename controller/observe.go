@@ -37,7 +37,7 @@ func observe(s *kargo.Stage, previous latch.Health) (obs latch.Observation, unkn
 		obs.HealthChecks = lp.HealthChecks
 	}
 	if v := st.Verification; v != nil {
-		obs.Verification = &latch.Verification{ID: v.ID, Phase: latch.VerificationPhase(v.Phase), Message: v.Message}
+		obs.Verification = &latch.Verification{ID: v.ID, Phase: latch.VerificationPhase(v.Phase), Message: v.Message, Run: v.Run}
 	}
 	return obs, unknown
 }

@@ -25,6 +25,9 @@ type plan struct {
 	// (dryRunPauses).
 	createPauses []latch.Action
 	dryRunPauses []latch.Action
+	// startRun is the cycle's AnalysisRun to make (verify-on-latch), made
+	// after the pauses and before the record that names it is stored.
+	startRun *latch.Action
 
 	// write is the one conditional patch of the Stage's metadata: record,
 	// paused label, refresh request; nil when the Stage is as it should be.
@@ -39,6 +42,9 @@ type plan struct {
 	// release are held pauses to let go once the record that shows their
 	// resume is stored.
 	release []*v1alpha1.StagePause
+	// terminate are kargo-latch's runs that no live cycle needs: stopped
+	// once the record that says why is stored.
+	terminate []latch.Action
 	// mark are the Freight whose mark is due once the latch is stored
 	// (their reads start beside the store).
 	mark []string
@@ -55,12 +61,15 @@ func judge(s *snapshot) plan {
 	res := latch.Step(s.settings, s.prior, s.obs, s.now)
 	p := plan{result: res, release: s.held}
 	for _, a := range res.Actions {
-		if a.Kind != latch.ActionCreatePause {
-			continue
-		}
-		if s.dryRun {
+		switch {
+		case a.Kind == latch.ActionTerminateRun:
+			p.terminate = append(p.terminate, a)
+		case a.Kind == latch.ActionStartVerification && !s.dryRun:
+			p.startRun = &a
+		case a.Kind != latch.ActionCreatePause:
+		case s.dryRun:
 			p.dryRunPauses = append(p.dryRunPauses, a)
-		} else {
+		default:
 			p.createPauses = append(p.createPauses, a)
 		}
 	}

@@ -45,5 +45,14 @@ func settingsFor(annotations map[string]string, defaults latch.Settings) (s latc
 	boolean(api.PauseOnFailureAnnotation, &s.PauseOnFailure)
 	boolean(api.DrainOnPauseAnnotation, &s.DrainOnPause)
 	boolean(api.MarkVerifiedAnnotation, &s.MarkVerified)
+	boolean(api.VerifyOnLatchAnnotation, &s.VerifyOnLatch)
 	return s, strings.Join(bad, "; ")
+}
+
+// joinProblems joins two descriptions of invalid settings.
+func joinProblems(a, b string) string {
+	if a == "" {
+		return b
+	}
+	return a + "; " + b
 }

@@ -65,7 +65,11 @@ func (c *Controller) read(ctx context.Context, key cache.ObjectName) (*snapshot,
 	if stage == nil || err != nil {
 		return nil, err
 	}
-	return c.snapshotOf(key, stage, value, m, c.coveringPauses(key.Namespace, key.Name), c.heldPauses(stage), nil), nil
+	s := c.snapshotOf(key, stage, value, m, c.coveringPauses(key.Namespace, key.Name), c.heldPauses(stage), nil)
+	if err := c.observeRuns(ctx, s); err != nil {
+		return nil, err
+	}
+	return s, nil
 }
 
 // refresh takes the snapshot again from the Stage as it is on the API
@@ -91,7 +95,11 @@ func (c *Controller) refresh(ctx context.Context, s *snapshot) (*snapshot, error
 	if err != nil {
 		return nil, err
 	}
-	return c.snapshotOf(s.key, stage, value, m, s.pauses, s.held, &s.settings), nil
+	fresh := c.snapshotOf(s.key, stage, value, m, s.pauses, s.held, &s.settings)
+	if err := c.observeRuns(ctx, fresh); err != nil {
+		return nil, err
+	}
+	return fresh, nil
 }
 
 // snapshotOf checks what was read of a Stage and reports what cannot be
@@ -109,6 +117,11 @@ func (c *Controller) snapshotOf(key cache.ObjectName, stage *kargo.Stage, value 
 	} else {
 		var problem string
 		s.settings, problem = settingsFor(stage.Annotations, c.cfg.Defaults)
+		if s.settings.VerifyOnLatch && !c.cfg.VerifyOnLatch {
+			// The operator has neither the rights nor the cache of runs.
+			s.settings.VerifyOnLatch = false
+			problem = joinProblems(problem, api.VerifyOnLatchAnnotation+" is true, but this kargo-latch runs without --enable-verify-on-latch (the verify-on-latch rights and Argo Rollouts' CRDs): it starts no verification")
+		}
 		c.reportConfig(stage, m, problem)
 	}
 	s.prior, s.garbage = c.priorRecord(stage, value, m)

@@ -75,6 +75,8 @@ type VerificationInfo struct {
 	ID      string
 	Phase   string
 	Message string
+	// Run is analysisRun.name: the AnalysisRun Kargo follows for it.
+	Run string
 }
 
 // DeepCopyObject implements runtime.Object, so that the informer cache can
@@ -214,7 +216,8 @@ func newestVerification(collection map[string]any) *VerificationInfo {
 	if !ok {
 		return nil
 	}
-	return &VerificationInfo{ID: str(v, "id"), Phase: str(v, "phase"), Message: str(v, "message")}
+	run, _ := v["analysisRun"].(map[string]any)
+	return &VerificationInfo{ID: str(v, "id"), Phase: str(v, "phase"), Message: str(v, "message"), Run: str(run, "name")}
 }
 
 // maxApps is how many Applications the mirror keeps: one more than the

@@ -196,19 +196,21 @@ func (n *newestCollection) UnmarshalJSON(b []byte) error {
 // newestVerificationDoc decodes only the first entry of a
 // verificationHistory (the newest).
 type newestVerificationDoc struct {
-	first *struct {
-		ID      string `json:"id"`
-		Phase   string `json:"phase"`
-		Message string `json:"message"`
-	}
+	first *verificationDoc
+}
+
+// verificationDoc is what the mirror keeps of a VerificationInfo.
+type verificationDoc struct {
+	ID          string `json:"id"`
+	Phase       string `json:"phase"`
+	Message     string `json:"message"`
+	AnalysisRun struct {
+		Name string `json:"name"`
+	} `json:"analysisRun"`
 }
 
 func (n *newestVerificationDoc) UnmarshalJSON(b []byte) error {
-	n.first = decodeFirst[struct {
-		ID      string `json:"id"`
-		Phase   string `json:"phase"`
-		Message string `json:"message"`
-	}](b)
+	n.first = decodeFirst[verificationDoc](b)
 	return nil
 }
 
@@ -315,7 +317,7 @@ func (d *statusDoc) mirror(withApps bool) *StageStatus {
 			}
 		}
 		if v := c.VerificationHistory.first; v != nil {
-			st.Verification = &VerificationInfo{ID: v.ID, Phase: v.Phase, Message: v.Message}
+			st.Verification = &VerificationInfo{ID: v.ID, Phase: v.Phase, Message: v.Message, Run: v.AnalysisRun.Name}
 		}
 	}
 	st.Holds = d.Holds

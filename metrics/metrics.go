@@ -31,6 +31,14 @@ type Recorder struct {
 	TimeToLatch        prometheus.Histogram
 	BuildInfo          *prometheus.GaugeVec
 
+	// Verify-on-latch: the AnalysisRuns kargo-latch started, their
+	// results by phase, what kept one from running (by reason), and the
+	// time from a latch to its run's result.
+	VerificationRunsStarted *prometheus.CounterVec
+	VerificationResults     *prometheus.CounterVec
+	VerificationProblems    *prometheus.CounterVec
+	LatchToVerification     prometheus.Histogram
+
 	// PauseStatusContested counts, by project, the holds of StagePause
 	// status writes when another writer kept undoing this operator's count.
 	PauseStatusContested *prometheus.CounterVec
@@ -118,6 +126,23 @@ func New(reg prometheus.Registerer, version string) *Recorder {
 			Namespace: Namespace, Name: "build_info",
 			Help: "Always 1; labels tell the version and the Go version kargo-latch was built with.",
 		}, []string{"version", "goversion"}),
+		VerificationRunsStarted: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: Namespace, Name: "verification_runs_started_total",
+			Help: "AnalysisRuns kargo-latch started for a latched cycle that Kargo had not verified (verify-on-latch).",
+		}, stageLabels),
+		VerificationResults: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: Namespace, Name: "verification_results_total",
+			Help: "Results of the AnalysisRuns kargo-latch started, by phase: Successful, Failed, Error, Inconclusive, Aborted.",
+		}, []string{LabelProject, LabelStage, LabelPhase}),
+		VerificationProblems: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: Namespace, Name: "verification_problems_total",
+			Help: "What kept verify-on-latch from running an analysis, by reason: VerificationUnsupported, VerificationNotPickedUp, VerificationRunDeleted, VerificationForbidden.",
+		}, []string{LabelProject, LabelStage, LabelReason}),
+		LatchToVerification: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Namespace: Namespace, Name: "latch_to_verification_seconds",
+			Help:    "Time from a latch to the result of the AnalysisRun kargo-latch started for it.",
+			Buckets: []float64{5, 15, 30, 60, 120, 300, 600, 1200, 1800, 3600},
+		}),
 		stages: newStageGauges(),
 		PauseStatusContested: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: Namespace, Name: "pause_status_contested_total",
@@ -135,7 +160,7 @@ func New(reg prometheus.Registerer, version string) *Recorder {
 	})
 	reg.MustRegister(r.stages, promotionsCached, r.PausesTotal, r.ResumesTotal, r.FailuresTotal, r.ProgressingIgnored, r.InvalidConfig, r.InvalidInput,
 		r.FreightVerified, r.MarkVerifiedErrors, r.GateBypassed, r.ReconcileErrors, r.WriteConflicts, r.CacheSynced, r.ReconcileDuration, r.TimeToLatch, r.BuildInfo)
-	reg.MustRegister(r.PauseStatusContested)
+	reg.MustRegister(r.PauseStatusContested, r.VerificationRunsStarted, r.VerificationResults, r.VerificationProblems, r.LatchToVerification)
 	r.BuildInfo.WithLabelValues(version, runtime.Version()).Set(1)
 	return r
 }
@@ -154,6 +179,7 @@ func (r *Recorder) ForgetStage(project, stage string) {
 	for _, v := range []interface{ DeletePartialMatch(prometheus.Labels) int }{
 		r.PausesTotal, r.ResumesTotal, r.FailuresTotal, r.ProgressingIgnored, r.InvalidConfig, r.InvalidInput,
 		r.FreightVerified, r.MarkVerifiedErrors, r.GateBypassed,
+		r.VerificationRunsStarted, r.VerificationResults, r.VerificationProblems,
 	} {
 		v.DeletePartialMatch(l)
 	}

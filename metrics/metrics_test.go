@@ -38,6 +38,11 @@ var contract = map[string]string{
 	// StagePause status writes held back against a writer that keeps
 	// undoing them (controller/pausing/statuswrites.go).
 	"kargo_latch_pause_status_contested_total": "COUNTER project",
+	// Issue 23: verify-on-latch.
+	"kargo_latch_verification_runs_started_total": "COUNTER project,stage",
+	"kargo_latch_verification_results_total":      "COUNTER phase,project,stage",
+	"kargo_latch_verification_problems_total":     "COUNTER project,reason,stage",
+	"kargo_latch_latch_to_verification_seconds":   "HISTOGRAM ",
 }
 
 func TestMetricsMatchTheContract(t *testing.T) {
@@ -53,6 +58,10 @@ func TestMetricsMatchTheContract(t *testing.T) {
 	r.InvalidInput.WithLabelValues("p", "s", "state").Inc()
 	r.GateBypassed.WithLabelValues("p", "s").Inc()
 	r.PauseStatusContested.WithLabelValues("p").Inc()
+	r.VerificationRunsStarted.WithLabelValues("p", "s").Inc()
+	r.VerificationResults.WithLabelValues("p", "s", "Successful").Inc()
+	r.VerificationProblems.WithLabelValues("p", "s", "VerificationUnsupported").Inc()
+	r.LatchToVerification.Observe(1)
 	r.ReconcileErrors.Inc()
 	r.TimeToLatch.Observe(1)
 	r.ReconcileDuration.Observe(1)

@@ -38,6 +38,9 @@ type options struct {
 	burst      int
 	defaults   latch.Settings
 	dryRun     bool
+	// verifyOnLatch and rolloutsInstanceID: see controller.Config.
+	verifyOnLatch      bool
+	rolloutsInstanceID string
 	// shard and defaultShard pick the Stages served, as Kargo's
 	// controllers pick theirs (controller.Config).
 	shard        string
@@ -99,6 +102,11 @@ func parseFlags(args []string) (*options, error) {
 	fs.DurationVar(&o.defaults.DegradedGrace, "degraded-grace", 5*time.Minute, "Default of kargo-latch.io/degraded-grace: how long a latched Stage may be Unhealthy or Unknown.")
 	fs.BoolVar(&o.defaults.DrainOnPause, "drain-on-pause", true, "Default of kargo-latch.io/drain-on-pause: abort queued auto-promotions when a Stage is paused.")
 	fs.BoolVar(&o.defaults.MarkVerified, "mark-verified", false, "Default of kargo-latch.io/mark-verified: when a cycle latches, mark its Freight verified in the Stage so that it flows downstream (needs the mark-verified rights).")
+	fs.BoolVar(&o.verifyOnLatch, "enable-verify-on-latch", false, "Let Stages opt into verify-on-latch: watch the AnalysisRuns kargo-latch makes, and start a latched cycle's configured verification when Kargo has not (needs the verify-on-latch rights and Argo Rollouts' CRDs).")
+	fs.BoolVar(&o.defaults.VerifyOnLatch, "verify-on-latch", false, "Default of kargo-latch.io/verify-on-latch (with --enable-verify-on-latch): once a cycle latches, start the Stage's configured verification as Kargo would, if Kargo has not.")
+	fs.DurationVar(&o.defaults.VerifyGrace, "verify-grace", 10*time.Second, "How long after a latch Kargo is given to start its own verification before kargo-latch starts it (verify-on-latch).")
+	fs.DurationVar(&o.defaults.VerifyPickupTimeout, "verify-pickup-timeout", 2*time.Minute, "How long an AnalysisRun kargo-latch made may show no phase before a Warning says that no Argo Rollouts analysis controller picked it up.")
+	fs.StringVar(&o.rolloutsInstanceID, "rollouts-controller-instance-id", "", "Label the AnalysisRuns kargo-latch starts for this Argo Rollouts controller instance (argo-rollouts.argoproj.io/controller-instance-id), as Kargo's ROLLOUTS_CONTROLLER_INSTANCE_ID; set it to Kargo's value.")
 	fs.DurationVar(&o.defaults.NewFailureWindow, "new-failure-window", 15*time.Minute, "A Stage first seen without a record (made while no replica led: a failover, an upgrade) whose promotion failed this recently is judged as failing now; older failures (a first install) are only recorded. 0 judges none.")
 	fs.BoolVar(&o.dryRun, "dry-run", false, "Decide and report (Events, metrics, logs) but write nothing to Kargo objects. Its Lease is kargo-latch-dry-run (kargo-latch-dry-run-SHARD with --shard) unless --leader-election-id is given, so that it never takes the real operator's.")
 	fs.StringVar(&o.metricsAddr, "metrics-bind-address", ":8080", "Address serving /metrics; 0 turns it off.")
@@ -130,8 +138,9 @@ func parseFlags(args []string) (*options, error) {
 				o.shard, o.leaderID, strings.Join(errs, "; "))
 		}
 	}
-	if o.defaults.LatchDeadline < 0 || o.defaults.DegradedGrace < 0 || o.defaults.NewFailureWindow < 0 {
-		return nil, errors.New("--latch-deadline, --degraded-grace and --new-failure-window must not be negative")
+	if o.defaults.LatchDeadline < 0 || o.defaults.DegradedGrace < 0 || o.defaults.NewFailureWindow < 0 ||
+		o.defaults.VerifyGrace < 0 || o.defaults.VerifyPickupTimeout < 0 {
+		return nil, errors.New("--latch-deadline, --degraded-grace, --new-failure-window, --verify-grace and --verify-pickup-timeout must not be negative")
 	}
 	if o.cacheSyncTimeout < 0 {
 		return nil, errors.New("--cache-sync-timeout must not be negative")
@@ -169,6 +178,9 @@ func run(ctx context.Context, o *options) error {
 		Metrics:          metrics.New(reg, version),
 		QueueMetrics:     metrics.NewWorkqueueProvider(reg),
 		CacheSyncTimeout: o.cacheSyncTimeout,
+
+		VerifyOnLatch:      o.verifyOnLatch,
+		RolloutsInstanceID: o.rolloutsInstanceID,
 	})
 	if err != nil {
 		return err

@@ -1,0 +1,192 @@
+package verification
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/dynamic"
+
+	"github.com/kargo-latch/kargo-latch/api"
+	"github.com/kargo-latch/kargo-latch/kargo"
+	"github.com/kargo-latch/kargo-latch/latch"
+)
+
+// Starter makes, finds and terminates the AnalysisRuns of verify-on-latch
+// on the API server. It reads everything a run is built from live (the
+// Stage's spec, its templates, its Freight), once per run: nothing of it is
+// cached.
+type Starter struct {
+	Dynamic dynamic.Interface
+	// InstanceID is the Argo Rollouts controller instance the runs are
+	// for, as Kargo's ROLLOUTS_CONTROLLER_INSTANCE_ID; empty for none.
+	InstanceID string
+}
+
+// Lookup lists the AnalysisRuns of a Stage's Freight collection, anyone's,
+// as Kargo does before it creates one: by its two labels.
+func (s *Starter) Lookup(ctx context.Context, namespace, stage, collection string) ([]latch.Run, error) {
+	list, err := s.Dynamic.Resource(AnalysisRunsResource).Namespace(namespace).List(ctx, metav1.ListOptions{
+		LabelSelector: StageLabel + "=" + ShortenLabelValue(stage) + "," + FreightCollectionLabel + "=" + collection,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("listing the AnalysisRuns of Stage %s/%s: %w", namespace, stage, err)
+	}
+	var runs []latch.Run
+	for i := range list.Items {
+		if StageOf(&list.Items[i]) == stage {
+			runs = append(runs, RunFrom(&list.Items[i]))
+		}
+	}
+	return runs, nil
+}
+
+// Start builds the run name of a Stage's current Freight collection
+// exactly as Kargo would and creates it. A run already at that name is
+// this cycle's own, made before a crash, only if it carries kargo-latch's
+// marker and this Stage's and collection's labels; anything else there is
+// refused (*Unsupported), never adopted.
+func (s *Starter) Start(ctx context.Context, namespace, stage, collection, name string) (latch.Run, error) {
+	live, err := s.Dynamic.Resource(kargo.StagesResource).Namespace(namespace).Get(ctx, stage, metav1.GetOptions{})
+	if err != nil {
+		return latch.Run{}, fmt.Errorf("reading Stage %s/%s: %w", namespace, stage, err)
+	}
+	src, err := ParseStage(live)
+	if err != nil {
+		return latch.Run{}, err
+	}
+	if id := liveCollection(live); id != collection {
+		return latch.Run{}, fmt.Errorf("Stage %s/%s now shows Freight collection %q, not %q: judging again", namespace, stage, id, collection)
+	}
+	in := Input{Source: src, Name: name, InstanceID: s.InstanceID, Templates: map[TemplateRef]*unstructured.Unstructured{}}
+	for _, ref := range src.Templates {
+		t, err := s.template(ctx, namespace, ref)
+		if err != nil {
+			return latch.Run{}, err
+		}
+		in.Templates[ref] = t
+	}
+	if in.Freight, err = s.freight(ctx, namespace, live); err != nil {
+		return latch.Run{}, err
+	}
+	run, err := Build(in)
+	if err != nil {
+		return latch.Run{}, err
+	}
+	created, err := s.Dynamic.Resource(AnalysisRunsResource).Namespace(namespace).Create(ctx, run, metav1.CreateOptions{FieldManager: api.FieldManager})
+	if apierrors.IsAlreadyExists(err) {
+		return s.existing(ctx, namespace, stage, collection, name)
+	}
+	if err != nil {
+		return latch.Run{}, fmt.Errorf("creating AnalysisRun %s/%s: %w", namespace, name, err)
+	}
+	return RunFrom(created), nil
+}
+
+// existing adopts the run at a cycle's name when it is the cycle's own.
+func (s *Starter) existing(ctx context.Context, namespace, stage, collection, name string) (latch.Run, error) {
+	u, err := s.Dynamic.Resource(AnalysisRunsResource).Namespace(namespace).Get(ctx, name, metav1.GetOptions{})
+	if err != nil {
+		return latch.Run{}, fmt.Errorf("reading AnalysisRun %s/%s: %w", namespace, name, err)
+	}
+	l := u.GetLabels()
+	if l[MarkerLabel] != MarkerValue || StageOf(u) != stage || l[FreightCollectionLabel] != collection {
+		return latch.Run{}, &Unsupported{Reason: "NameTaken", Message: fmt.Sprintf(
+			"AnalysisRun %s/%s, the name kargo-latch derives for this cycle's run, is taken by a run that is not kargo-latch's run of Stage %s and Freight collection %s; kargo-latch starts none", namespace, name, stage, collection)}
+	}
+	return RunFrom(u), nil
+}
+
+func (s *Starter) template(ctx context.Context, namespace string, ref TemplateRef) (*unstructured.Unstructured, error) {
+	res := s.Dynamic.Resource(AnalysisTemplatesResource).Namespace(namespace)
+	where := "in namespace " + namespace
+	if ref.Kind == "ClusterAnalysisTemplate" {
+		res, where = s.Dynamic.Resource(ClusterAnalysisTemplatesResource), "in the cluster"
+	}
+	t, err := res.Get(ctx, ref.Name, metav1.GetOptions{})
+	if apierrors.IsNotFound(err) {
+		return nil, &Unsupported{Reason: "TemplateMissing", Message: fmt.Sprintf("%s %s, named in spec.verification, does not exist %s", ref.Kind, ref.Name, where)}
+	}
+	if err != nil {
+		return nil, fmt.Errorf("reading %s %s: %w", ref.Kind, ref.Name, err)
+	}
+	return t, nil
+}
+
+// freight reads the Freight of the Stage's current collection, which the
+// run is owned by.
+func (s *Starter) freight(ctx context.Context, namespace string, live *unstructured.Unstructured) ([]*unstructured.Unstructured, error) {
+	var out []*unstructured.Unstructured
+	for _, name := range liveFreightNames(live) {
+		f, err := s.Dynamic.Resource(kargo.FreightsResource).Namespace(namespace).Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			return nil, fmt.Errorf("reading Freight %s/%s: %w", namespace, name, err)
+		}
+		out = append(out, f)
+	}
+	return out, nil
+}
+
+// Get reads a run from the API server; found is false when it is gone.
+func (s *Starter) Get(ctx context.Context, namespace, name string) (run latch.Run, found bool, err error) {
+	u, err := s.Dynamic.Resource(AnalysisRunsResource).Namespace(namespace).Get(ctx, name, metav1.GetOptions{})
+	if apierrors.IsNotFound(err) {
+		return latch.Run{}, false, nil
+	}
+	if err != nil {
+		return latch.Run{}, false, fmt.Errorf("reading AnalysisRun %s/%s: %w", namespace, name, err)
+	}
+	return RunFrom(u), true, nil
+}
+
+// Terminate stops a run as Kargo's abort does: a merge patch of
+// spec.terminate, the one key kargo-latch may change on a run. A run
+// already gone needs nothing.
+func (s *Starter) Terminate(ctx context.Context, namespace, name string) error {
+	_, err := s.Dynamic.Resource(AnalysisRunsResource).Namespace(namespace).Patch(ctx, name, types.MergePatchType,
+		[]byte(`{"spec":{"terminate":true}}`), metav1.PatchOptions{FieldManager: api.FieldManager})
+	if apierrors.IsNotFound(err) {
+		return nil
+	}
+	return err
+}
+
+// IsUnsupported reports whether err says that a run cannot be built or
+// made exactly as Kargo would: never retried at once, and never a run.
+func IsUnsupported(err error) (*Unsupported, bool) {
+	var u *Unsupported
+	return u, errors.As(err, &u)
+}
+
+func liveCollection(stage *unstructured.Unstructured) string {
+	history, _, _ := unstructured.NestedSlice(stage.Object, "status", "freightHistory")
+	if len(history) == 0 {
+		return ""
+	}
+	first, _ := history[0].(map[string]any)
+	id, _ := first["id"].(string)
+	return id
+}
+
+func liveFreightNames(stage *unstructured.Unstructured) []string {
+	history, _, _ := unstructured.NestedSlice(stage.Object, "status", "freightHistory")
+	if len(history) == 0 {
+		return nil
+	}
+	first, _ := history[0].(map[string]any)
+	items, _ := first["items"].(map[string]any)
+	var names []string
+	for _, it := range items {
+		ref, _ := it.(map[string]any)
+		if n, _ := ref["name"].(string); n != "" {
+			names = append(names, n)
+		}
+	}
+	slices.Sort(names)
+	return names
+}

@@ -1,0 +1,220 @@
+package controller
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/klog/v2"
+
+	"github.com/kargo-latch/kargo-latch/api"
+	"github.com/kargo-latch/kargo-latch/controller/verification"
+	"github.com/kargo-latch/kargo-latch/kargo"
+	"github.com/kargo-latch/kargo-latch/latch"
+)
+
+// verifyRetry is how long a refused start of a cycle's run (a template
+// missing, an argument kargo-latch cannot evaluate, a right missing) waits
+// before it is tried again: the Stage's fix may be in a template, whose
+// changes bring no event.
+const verifyRetry = time.Minute
+
+// watchRuns makes the informer of kargo-latch's own AnalysisRuns in ns
+// (verify-on-latch): a run's change syncs the Stage it verifies.
+func (c *Controller) watchRuns(ns string) error {
+	runs := c.selectedDynamicInformer(verification.AnalysisRunsResource, ns, verification.OwnRunsSelector, 0)
+	if err := runs.AddIndexers(cache.Indexers{verification.StageIndex: verification.IndexByStage}); err != nil {
+		return fmt.Errorf("adding the AnalysisRun index: %w", err)
+	}
+	if err := c.prepareSelected(verification.AnalysisRunsResource, ns, verification.OwnRunsSelector, runs, verification.TransformRun); err != nil {
+		return err
+	}
+	enqueue := func(obj any) {
+		if tomb, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+			obj = tomb.Obj
+		}
+		if u, ok := obj.(*unstructured.Unstructured); ok && verification.StageOf(u) != "" {
+			c.enqueue(cache.NewObjectName(u.GetNamespace(), verification.StageOf(u)))
+		}
+	}
+	if _, err := runs.AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc: enqueue, UpdateFunc: func(_, obj any) { enqueue(obj) }, DeleteFunc: enqueue,
+	}); err != nil {
+		return fmt.Errorf("adding an event handler: %w", err)
+	}
+	c.runInformers[ns] = runs
+	return nil
+}
+
+// cachedRuns are the cached runs kargo-latch made for a Stage.
+func (c *Controller) cachedRuns(ns, stage string) []latch.Run {
+	inf := c.informerFor(c.runInformers, ns)
+	if inf == nil {
+		return nil
+	}
+	objs, _ := inf.GetIndexer().ByIndex(verification.StageIndex, verification.StageKey(ns, stage))
+	var runs []latch.Run
+	for _, obj := range objs {
+		if u, ok := obj.(*unstructured.Unstructured); ok && verification.StageOf(u) == stage {
+			runs = append(runs, verification.RunFrom(u))
+		}
+	}
+	return runs
+}
+
+// observeRuns puts the Stage's runs into a snapshot. A run the record
+// follows that the cache lacks is read live: a run just made may not be
+// cached yet, and only the API server can say it was deleted.
+func (c *Controller) observeRuns(ctx context.Context, s *snapshot) error {
+	if s.leftAlone || c.runInformers == nil {
+		return nil
+	}
+	ns, stage := s.key.Namespace, s.key.Name
+	s.obs.Runs = c.cachedRuns(ns, stage)
+	m := s.memo
+	s.obs.StartRefused = m.verifyRefusedCycle == s.prior.Cycle() && s.now.Before(m.verifyRetryAt)
+	a := s.prior.Analysis
+	if !a.ByKargoLatch() || a.Terminal() || a.Run == "" || slices.ContainsFunc(s.obs.Runs, func(r latch.Run) bool { return r.Name == a.Run }) {
+		return nil
+	}
+	run, found, err := c.starter.Get(ctx, ns, a.Run)
+	switch {
+	case err != nil:
+		return err
+	case found:
+		s.obs.Runs = append(s.obs.Runs, run)
+	default:
+		s.obs.RunGone = a.Run
+	}
+	return nil
+}
+
+// startVerification makes the run a plan asks for, and judges again with
+// it. Like a failure's pause, it is made from a judgement of the Stage as
+// the API server has it; then Kargo's own lookup is played first, live:
+// a run that Kargo (or this operator, before a crash) made for the
+// Freight collection is followed, never doubled. A run kargo-latch cannot
+// build exactly as Kargo would is refused with a Warning, and the sync goes
+// on without it.
+func (c *Controller) startVerification(ctx context.Context, s *snapshot, p plan) (*snapshot, plan, error) {
+	fresh, err := c.refresh(ctx, s)
+	if fresh == nil || err != nil || fresh.leftAlone {
+		return nil, p, err
+	}
+	if fresh != s {
+		if s, p = fresh, judge(fresh); p.startRun == nil {
+			return s, p, nil
+		}
+	}
+	ns, stage, collection := s.key.Namespace, s.key.Name, p.result.Record.FreightID
+	found, err := c.starter.Lookup(ctx, ns, stage, collection)
+	if err != nil {
+		return nil, p, c.verificationRefused(ctx, s, err)
+	}
+	if !slices.ContainsFunc(found, func(r latch.Run) bool { return !r.Ours || r.Name == p.startRun.Run }) {
+		run, err := c.starter.Start(ctx, ns, stage, collection, p.startRun.Run)
+		if err != nil {
+			if err := c.verificationRefused(ctx, s, err); err != nil {
+				return nil, p, err
+			}
+			s.obs.StartRefused = true
+			return s, judge(s), nil
+		}
+		klog.FromContext(ctx).Info("Started the Stage's verification", "analysisRun", run.Name)
+		c.cfg.Metrics.VerificationRunsStarted.WithLabelValues(ns, stage).Inc()
+		found = append(found, run)
+	}
+	out := *s
+	out.obs.Runs = append(slices.Clone(s.obs.Runs), found...)
+	return &out, judge(&out), nil
+}
+
+// verificationRefused reports a start that failed. What kargo-latch cannot
+// build exactly as Kargo would, and a missing right, are Warnings, once per
+// cycle and message, retried after verifyRetry; they never pause. Anything
+// else is an error the sync retries.
+func (c *Controller) verificationRefused(ctx context.Context, s *snapshot, err error) error {
+	m := s.memo
+	reason := api.ReasonVerificationUnsupported
+	switch _, unsupported := verification.IsUnsupported(err); {
+	case apierrors.IsForbidden(err):
+		reason = api.ReasonVerificationForbidden
+	case !unsupported:
+		return err
+	}
+	cycle := s.prior.Cycle()
+	m.verifyRefusedCycle, m.verifyRetryAt = cycle, s.now.Add(verifyRetry)
+	if warnOnce(&m.verifyRefused, cycle+"\x00"+err.Error()) {
+		c.report.Warn(s.stage, reason, "Not starting the Stage's verification: %v", err)
+		c.cfg.Metrics.VerificationProblems.WithLabelValues(s.key.Namespace, s.key.Name, reason).Inc()
+	}
+	klog.FromContext(ctx).V(2).Info("Verification not started", "reason", reason, "err", err)
+	return nil
+}
+
+// terminateRuns stops the runs no live cycle needs, once each: the patch is
+// not made again while the cache has yet to show it.
+func (c *Controller) terminateRuns(ctx context.Context, stage *kargo.Stage, m *memo, runs []latch.Action) error {
+	for _, a := range runs {
+		if slices.Contains(m.terminated, a.Run) {
+			continue
+		}
+		if c.cfg.DryRun {
+			klog.FromContext(ctx).Info("Dry run: would terminate AnalysisRun", "analysisRun", a.Run)
+			continue
+		}
+		if err := c.starter.Terminate(ctx, stage.Namespace, a.Run); err != nil {
+			return fmt.Errorf("terminating AnalysisRun %s: %w", a.Run, err)
+		}
+		m.terminated = append(m.terminated, a.Run)
+		c.report.Event(stage, corev1.EventTypeNormal, api.ReasonVerificationTerminated, a.Message)
+	}
+	if len(m.terminated) > 8 {
+		m.terminated = m.terminated[len(m.terminated)-8:]
+	}
+	return nil
+}
+
+// reportVerification reports the actions of verify-on-latch as Events and
+// metrics: the analysis's own reasons, apart from the latch's.
+func (c *Controller) reportVerification(stage *kargo.Stage, a latch.Action) {
+	ns, name := stage.Namespace, stage.Name
+	switch a.Kind {
+	case latch.ActionVerificationStarted:
+		c.report.Event(stage, corev1.EventTypeNormal, api.ReasonVerificationStarted, a.Message)
+	case latch.ActionVerificationFinished:
+		c.cfg.Metrics.VerificationResults.WithLabelValues(ns, name, string(a.Phase)).Inc()
+		if a.TimeToResult > 0 {
+			c.cfg.Metrics.LatchToVerification.Observe(a.TimeToResult.Seconds())
+		}
+		switch a.Phase {
+		case latch.VerificationSuccessful:
+			c.report.Event(stage, corev1.EventTypeNormal, api.ReasonVerificationSucceeded, a.Message)
+		case latch.VerificationAborted:
+			c.report.Event(stage, corev1.EventTypeNormal, api.ReasonVerificationTerminated, a.Message)
+		default:
+			c.report.Event(stage, corev1.EventTypeWarning, api.ReasonVerificationFailed, a.Message)
+		}
+	case latch.ActionVerificationNotPickedUp:
+		c.report.Event(stage, corev1.EventTypeWarning, api.ReasonVerificationNotPickedUp, a.Message)
+		c.cfg.Metrics.VerificationProblems.WithLabelValues(ns, name, api.ReasonVerificationNotPickedUp).Inc()
+	case latch.ActionVerificationRunDeleted:
+		c.report.Event(stage, corev1.EventTypeWarning, api.ReasonVerificationRunDeleted, a.Message)
+		c.cfg.Metrics.VerificationProblems.WithLabelValues(ns, name, api.ReasonVerificationRunDeleted).Inc()
+	}
+}
+
+// verifyRetryIn is when a refused start of the cycle's run is tried again;
+// zero when none waits.
+func (c *Controller) verifyRetryIn(s *snapshot) time.Duration {
+	m := s.memo
+	if m.verifyRefusedCycle == "" || m.verifyRefusedCycle != s.prior.Cycle() || !s.now.Before(m.verifyRetryAt) {
+		return 0
+	}
+	return m.verifyRetryAt.Sub(s.now)
+}
