@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"slices"
 	"strings"
-
 )
 
 // templateSpec is the part of an AnalysisTemplate's spec Kargo carries into

@@ -88,8 +88,8 @@ func RunName(stage, collectionID, cycle string) string {
 }
 
 // dnsLabelish lower-cases s, turns characters a DNS subdomain does not allow
-// into dashes, and trims what may not start or end one. Kargo's Stage names
-// and collection ids pass through unchanged.
+// into dashes, and trims dashes from each dot-separated part, dropping empty
+// parts. Kargo's Stage names and collection ids pass through unchanged.
 func dnsLabelish(s string) string {
 	b := []byte(strings.ToLower(s))
 	for i, c := range b {
@@ -97,9 +97,11 @@ func dnsLabelish(s string) string {
 			b[i] = '-'
 		}
 	}
-	out := string(b)
-	for strings.Contains(out, "..") {
-		out = strings.ReplaceAll(out, "..", ".")
+	var parts []string
+	for _, p := range strings.Split(string(b), ".") {
+		if p = strings.Trim(p, "-"); p != "" {
+			parts = append(parts, p)
+		}
 	}
-	return strings.Trim(out, "-.")
+	return strings.Join(parts, ".")
 }
