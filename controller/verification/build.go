@@ -24,6 +24,7 @@ const (
 // kargo-latch cannot build it exactly as Kargo would.
 type Unsupported struct{ Reason, Message string }
 
+// Error returns the message.
 func (u *Unsupported) Error() string { return u.Message }
 
 func unsupported(reason, format string, a ...any) *Unsupported {

@@ -6,6 +6,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/labels"
 )
 
 func TestBuildGolden(t *testing.T) {
@@ -244,5 +245,29 @@ func TestParseStageTargetAwarePromotion(t *testing.T) {
 	}
 	if src.LastPromotion != "request-7" {
 		t.Errorf("LastPromotion = %q, want the last PromotionRequest", src.LastPromotion)
+	}
+}
+
+func TestKargoLookupFindsTheRun(t *testing.T) {
+	// Kargo's findExistingAnalysisRun lists runs in the project namespace with
+	// the selector {stage: ShortenLabelValue(stage name), freight-collection:
+	// id}; the run kargo-latch builds must match it, or Kargo would start a
+	// second analysis. A run of another collection must not.
+	for _, stage := range []string{"test", strings.Repeat("a-very-long-stage-name", 4)} {
+		in := fullInput(t)
+		in.Source.Stage = stage
+		run, err := Build(in)
+		if err != nil {
+			t.Fatalf("Build: %v", err)
+		}
+		kargo := labels.SelectorFromSet(labels.Set{StageLabel: ShortenLabelValue(stage), FreightCollectionLabel: collectionID})
+		if run.GetNamespace() != "demo" || !kargo.Matches(labels.Set(run.GetLabels())) {
+			t.Errorf("stage %q: Kargo's lookup %v in demo misses the run %s/%s %v",
+				stage, kargo, run.GetNamespace(), run.GetName(), run.GetLabels())
+		}
+		other := labels.SelectorFromSet(labels.Set{StageLabel: ShortenLabelValue(stage), FreightCollectionLabel: "another"})
+		if other.Matches(labels.Set(run.GetLabels())) {
+			t.Errorf("stage %q: a lookup for another collection matches the run", stage)
+		}
 	}
 }

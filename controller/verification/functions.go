@@ -16,6 +16,7 @@ import (
 // generated methods and version, so both are refused: String yields a marker
 // that Build turns into *Unsupported, MarshalJSON fails.
 type (
+	// GitCommit mirrors kargoapi.GitCommit: commitFrom's result.
 	GitCommit struct {
 		RepoURL   string `json:"repoURL,omitempty"`
 		ID        string `json:"id,omitempty"`
@@ -25,12 +26,14 @@ type (
 		Author    string `json:"author,omitempty"`
 		Committer string `json:"committer,omitempty"`
 	}
+	// Image mirrors kargoapi.Image: imageFrom's result.
 	Image struct {
 		RepoURL     string            `json:"repoURL,omitempty"`
 		Tag         string            `json:"tag,omitempty"`
 		Digest      string            `json:"digest,omitempty"`
 		Annotations map[string]string `json:"annotations,omitempty"`
 	}
+	// Chart mirrors kargoapi.Chart: chartFrom's result.
 	Chart struct {
 		RepoURL string `json:"repoURL,omitempty"`
 		Name    string `json:"name,omitempty"`
@@ -39,7 +42,8 @@ type (
 	// FreightOriginKind is a named string type, as Kargo's is: comparing
 	// warehouse(n).Kind with a plain string is false in expr, in Kargo too.
 	FreightOriginKind string
-	FreightOrigin     struct {
+	// FreightOrigin mirrors kargoapi.FreightOrigin: warehouse's result.
+	FreightOrigin struct {
 		Kind FreightOriginKind `json:"kind"`
 		Name string            `json:"name"`
 	}
@@ -51,14 +55,28 @@ const printedMarker = "\x00kargo-latch: a Freight value was printed\x00"
 
 var errEncoded = errors.New("encoding a Freight function's result is not supported: it depends on Kargo's version")
 
-func (GitCommit) String() string     { return printedMarker }
-func (Image) String() string         { return printedMarker }
-func (Chart) String() string         { return printedMarker }
+// String marks the printed value (see printedMarker).
+func (GitCommit) String() string { return printedMarker }
+
+// String marks the printed value (see printedMarker).
+func (Image) String() string { return printedMarker }
+
+// String marks the printed value (see printedMarker).
+func (Chart) String() string { return printedMarker }
+
+// String marks the printed value (see printedMarker).
 func (FreightOrigin) String() string { return printedMarker }
 
-func (GitCommit) MarshalJSON() ([]byte, error)     { return nil, errEncoded }
-func (Image) MarshalJSON() ([]byte, error)         { return nil, errEncoded }
-func (Chart) MarshalJSON() ([]byte, error)         { return nil, errEncoded }
+// MarshalJSON refuses: the encoding depends on Kargo's version.
+func (GitCommit) MarshalJSON() ([]byte, error) { return nil, errEncoded }
+
+// MarshalJSON refuses: the encoding depends on Kargo's version.
+func (Image) MarshalJSON() ([]byte, error) { return nil, errEncoded }
+
+// MarshalJSON refuses: the encoding depends on Kargo's version.
+func (Chart) MarshalJSON() ([]byte, error) { return nil, errEncoded }
+
+// MarshalJSON refuses: the encoding depends on Kargo's version.
 func (FreightOrigin) MarshalJSON() ([]byte, error) { return nil, errEncoded }
 
 const warehouseKind FreightOriginKind = "Warehouse"

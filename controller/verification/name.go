@@ -18,16 +18,14 @@ const (
 
 // ShortenLabelValue shortens a label value exactly as Kargo does.
 func ShortenLabelValue(v string) string {
-	return hashShorten(v, maxLabelValue)
+	if len(v) <= maxLabelValue {
+		return v
+	}
+	return strings.TrimRight(v[:maxLabelValue-(shortHashLen+1)], "-") + "-" + shortHash(v)
 }
 
-func hashShorten(s string, limit int) string {
-	if len(s) <= limit {
-		return s
-	}
-	sum := fmt.Sprintf("%x", sha256.Sum256([]byte(s)))
-	prefix := strings.TrimRight(s[:limit-(shortHashLen+1)], "-")
-	return prefix + "-" + sum[:shortHashLen]
+func shortHash(s string) string {
+	return fmt.Sprintf("%x", sha256.Sum256([]byte(s)))[:shortHashLen]
 }
 
 // Kargo names a run <stage>.<ULID>.<collection id>, lower case, with the
@@ -77,8 +75,7 @@ func RunName(stage, collectionID, cycle string) string {
 	if len(prefix) > maxNamePrefixLen {
 		// Cut as Kargo's HashShorten does, but also trim a dot so that no label
 		// of the name starts with the dash.
-		sum := fmt.Sprintf("%x", sha256.Sum256([]byte(prefix)))
-		prefix = strings.TrimRight(prefix[:maxNamePrefixLen-(shortHashLen+1)], "-.") + "-" + sum[:shortHashLen]
+		prefix = strings.TrimRight(prefix[:maxNamePrefixLen-(shortHashLen+1)], "-.") + "-" + shortHash(prefix)
 	}
 	parts := []string{prefix, id}
 	if suffix != "" {
@@ -93,7 +90,7 @@ func RunName(stage, collectionID, cycle string) string {
 func dnsLabelish(s string) string {
 	b := []byte(strings.ToLower(s))
 	for i, c := range b {
-		if !(c >= 'a' && c <= 'z' || c >= '0' && c <= '9' || c == '-' || c == '.') {
+		if !subdomainChar(c) {
 			b[i] = '-'
 		}
 	}
@@ -104,4 +101,8 @@ func dnsLabelish(s string) string {
 		}
 	}
 	return strings.Join(parts, ".")
+}
+
+func subdomainChar(c byte) bool {
+	return c >= 'a' && c <= 'z' || c >= '0' && c <= '9' || c == '-' || c == '.'
 }
