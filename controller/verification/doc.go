@@ -25,7 +25,7 @@
 //     all AnalysisTemplates come before all ClusterAnalysisTemplates when
 //     they are combined; a kind other than ClusterAnalysisTemplate means
 //     AnalysisTemplate.
-//   - pkg/rollouts/analysis_run_options.go: the name prefix is cut to 218
+//   - pkg/rollouts (the builder's name options): the name prefix is cut to 218
 //     characters and the suffix to 7; the name is prefix.ULID.suffix, lower
 //     case.
 package verification
