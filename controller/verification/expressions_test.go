@@ -184,3 +184,17 @@ func TestNormalizeGit(t *testing.T) {
 		}
 	}
 }
+
+func FuzzEvaluate(f *testing.F) {
+	for _, s := range []string{`${{ imageFrom("ghcr.io/example/app").Tag }}`, "${% ctx.stage %}", `"${{ 1 }}"`, "${{", "plain"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, template string) {
+		// Any template gives a value or an error, never a panic; a template
+		// without delimiters is returned as is.
+		got, err := testEvaluator(t, nil).evaluate(template)
+		if !strings.Contains(template, "${{") && !strings.Contains(template, "${%") && (err != nil || got != template) {
+			t.Fatalf("evaluate(%q) = %#v, %v; want it as is", template, got, err)
+		}
+	})
+}
