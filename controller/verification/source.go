@@ -88,9 +88,11 @@ func ParseStage(stage *unstructured.Unstructured) (*Source, error) {
 	}
 	obj := stage.Object
 	src := &Source{Project: stage.GetNamespace(), Stage: stage.GetName()}
-	if v, found, err := unstructured.NestedMap(obj, "spec", "verification"); err != nil {
+	v, found, err := unstructured.NestedMap(obj, "spec", "verification")
+	if err != nil {
 		return nil, fmt.Errorf("spec.verification: %w", err)
-	} else if found && v != nil {
+	}
+	if found && v != nil {
 		src.Configured = true
 		if err := parseVerification(v, src); err != nil {
 			return nil, err
