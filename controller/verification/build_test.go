@@ -271,3 +271,28 @@ func TestKargoLookupFindsTheRun(t *testing.T) {
 		}
 	}
 }
+
+func TestParseStageMalformed(t *testing.T) {
+	for name, edit := range map[string]func(map[string]any){
+		"verification is not an object": func(o map[string]any) {
+			_ = unstructured.SetNestedField(o, "yes", "spec", "verification")
+		},
+		"a template entry is not an object": func(o map[string]any) {
+			_ = unstructured.SetNestedSlice(o, []any{"web-check"}, "spec", "verification", "analysisTemplates")
+		},
+		"labels are not strings": func(o map[string]any) {
+			_ = unstructured.SetNestedField(o, map[string]any{"a": int64(1)}, "spec", "verification", "analysisRunMetadata", "labels")
+		},
+		"a freight item is not an object": func(o map[string]any) {
+			_ = unstructured.SetNestedSlice(o, []any{map[string]any{"id": "c", "items": map[string]any{"Warehouse/x": "f"}}}, "status", "freightHistory")
+		},
+	} {
+		t.Run(name, func(t *testing.T) {
+			stage := object(t, stageYAML)
+			edit(stage.Object)
+			if src, err := ParseStage(stage); err == nil {
+				t.Errorf("ParseStage = %+v, want an error", src)
+			}
+		})
+	}
+}
