@@ -6,6 +6,8 @@ import (
 
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"sigs.k8s.io/yaml"
+
+	"github.com/kargo-latch/kargo-latch/latch"
 )
 
 // object reads a YAML fixture.
@@ -169,7 +171,7 @@ func fullInput(t *testing.T) Input {
 			"images": object(t, imagesWarehouseYAML),
 			"config": object(t, configWarehouseYAML),
 		},
-		Name:       RunName("test", collectionID, "test.01jabc.1234567"),
+		Name:       latch.RunName("test", collectionID, "test.01jabc.1234567", 1),
 		InstanceID: "",
 	}
 }
