@@ -28,7 +28,7 @@ FUZZTIME      ?= 30s
 # loss, an API server outage, and the bad-input corpus.
 RELIABILITY   := TestReliabilityKillScenario|TestReliabilityLeaderLoss|TestMalformedKargoObjectsAreRefused|TestExactlyOncePauseAcrossKills|TestLeaderElection|TestAPIServerOutage|TestReliabilityAPIServerOutage|TestRestartKeepsLatch|TestBadInputIsReportedAndHarmless|TestPauseBadInput|TestPauseCreatedAndDeletedAtOnce|TestStageDeletedWhilePaused|TestNamespaceDeletedMidScenario|TestHugeAnnotations|TestMarkVerifiedExactlyOnceAcrossKills|TestShardUpgradeSettlesPauseStatus|TestGarbageRecordIsKept|TestGarbageRecordKeptWithinTheAnnotationLimit|TestMarkVerifiedCutShortAfterItsPatchGetsOneEvent|TestCLIWaitGivesUpWhenTheAPIServerGoesAway
 
-.PHONY: all build test unit fuzz rules chart e2e test-reliability lint cluster demo bench generate clean prometheus image image-push image-test image-for-tests release
+.PHONY: all build test unit fuzz rules chart e2e test-reliability lint cluster demo bench generate clean prometheus rollouts image image-push image-test image-for-tests release
 
 all: build
 
@@ -130,6 +130,35 @@ $(BIN)/kube-controller-manager: $(BIN)/kube-apiserver
 $(BIN)/etcd:
 	@echo ">> Building etcd v3.7.0 from Go modules into bin/ (first run only; under a minute)..."
 	cd test/tools && $(GO) build -o $(BIN)/etcd ./etcd
+
+## rollouts: build Argo Rollouts' controller (cmd/rollouts-controller) from
+## its Go module into bin/, with its analysis CRDs in bin/rollouts-crds/,
+## only when missing. The e2e tests run it with --controllers analysis: the
+## real engine that runs the AnalysisRuns of a Stage's verification.
+rollouts: $(BIN)/rollouts-controller
+
+ROLLOUTS_VERSION   := v1.10.2
+# Its go.mod names go 1.26.10: Go fetches this toolchain once through the
+# module proxy, for this build only.
+ROLLOUTS_TOOLCHAIN := go1.27.3
+ROLLOUTS_CRDS      := analysis-run-crd.yaml analysis-template-crd.yaml cluster-analysis-template-crd.yaml
+
+# Built from a writable copy of the downloaded module: its go.mod's replace
+# directives apply only when it is the main module.
+$(BIN)/rollouts-controller:
+	@echo ">> Building Argo Rollouts' rollouts-controller $(ROLLOUTS_VERSION) from Go modules into bin/ (first run only; about 15 minutes on 2 cores)..."
+	@set -eo pipefail; export GOTOOLCHAIN=$(ROLLOUTS_TOOLCHAIN); \
+	dir=$$(cd /tmp && $(GO) mod download -json github.com/argoproj/argo-rollouts@$(ROLLOUTS_VERSION) | \
+		sed -n 's/^[[:space:]]*"Dir": "\(.*\)",$$/\1/p'); \
+	test -n "$$dir" || { echo "downloading github.com/argoproj/argo-rollouts@$(ROLLOUTS_VERSION) failed"; exit 1; }; \
+	mkdir -p "$$(readlink -f $(BIN))"; src=$(BIN)/.rollouts-src; rm -rf $$src; mkdir -p $$src $(BIN)/rollouts-crds; \
+	cp -r $$dir/. $$src/ && chmod -R u+w $$src; \
+	for crd in $(ROLLOUTS_CRDS); do cp $$src/manifests/crds/$$crd $(BIN)/rollouts-crds/; done; \
+	cd $$src && CGO_ENABLED=0 $(GO) build -v -ldflags "-X github.com/argoproj/argo-rollouts/utils/version.version=$(ROLLOUTS_VERSION:v%=%)" \
+		-o $@.tmp ./cmd/rollouts-controller 2>&1 | \
+		awk '/[ :]/ { print; next } { n++; if (n % 100 == 0) printf("   ... %d packages compiled\n", n); fflush() } END { printf("   ... done (%d packages)\n", n) }'; \
+	mv $@.tmp $@; rm -rf $$src
+	@test -x $@ || (echo "building rollouts-controller failed; see the output above" && exit 1)
 
 ## rules: check the alert rules and run their unit tests with promtool (and
 ## those of the shards example, with a KargoLatchDown per operator), and
