@@ -2,6 +2,8 @@ package e2e
 
 import (
 	"context"
+	"strconv"
+	"strings"
 	"testing"
 
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -87,4 +89,40 @@ func TestRolloutsRunsKargosAnalysis(t *testing.T) {
 			t.Errorf("Freight %s verified in %s (%v) after a failed analysis", freight, s.Name, v)
 		}
 	})
+}
+
+// TestRolloutsRunsAPrometheusMetric proves the prometheus provider against
+// the project's own Prometheus (bin/prometheus), scraping the analysis
+// controller itself: a query whose only sample is 1 passes the condition,
+// the same minus 1 fails it. The query is a template arg that
+// spec.verification.args sets, as teams pass theirs.
+func TestRolloutsRunsAPrometheusMetric(t *testing.T) {
+	ctx := context.Background()
+	r := env.rollouts(t)
+	prom := startPrometheus(t, "127.0.0.1:"+strconv.Itoa(r.MetricsPort))
+	ns := env.newProject(t)
+	_, err := env.kargo.CreateAnalysisTemplate(ctx, ns, "scraped", driver.AnalysisTemplate{
+		Metrics: []driver.Metric{driver.PrometheusMetric("up", prom.url, "{{args.query}}", "len(result) == 1 && result[0] == 1")},
+		Args:    []driver.TemplateArg{{Name: "query"}},
+	})
+	must(t, err)
+	for query, want := range map[string]string{
+		`up{job="kargo-latch"}`:     "Successful",
+		`up{job="kargo-latch"} - 1`: "Failed",
+	} {
+		s := env.createStage(t, ns, "test-"+strings.ToLower(want), nil, driver.WithAnalysis(driver.Verification{
+			Templates: []driver.TemplateRef{{Name: "scraped"}},
+			Args:      []driver.Arg{{Name: "query", Value: query}},
+		}))
+		_, err := s.FinishPromotion(ctx, "Succeeded")
+		must(t, err)
+		must(t, s.SetHealth(ctx, kargo.HealthHealthy))
+		name, _, err := s.KargoAdoptOrStartVerification(ctx)
+		must(t, err)
+		if phase := followVerification(t, s); phase != want {
+			run, err := env.kargo.AnalysisRun(ctx, ns, name)
+			must(t, err)
+			t.Errorf("query %s: verification %s, want %s; run status %v", query, phase, want, run.Object["status"])
+		}
+	}
 }
