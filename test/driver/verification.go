@@ -94,7 +94,9 @@ var (
 //   - otherwise it creates the run Kargo would (KargoAnalysisRun) and
 //     records it Pending.
 //
-// It returns the run's name ("" without spec.verification).
+// It returns the run's name ("" without spec.verification). When the
+// verification it records is already Successful, Kargo's same pass marks
+// the Freight verified: KargoFollowVerification plays that.
 func (s *Stage) KargoAdoptOrStartVerification(ctx context.Context) (run string, adopted bool, err error) {
 	u, err := s.get(ctx)
 	if err != nil {
