@@ -84,6 +84,7 @@ func run(m *testing.M) int {
 		return 1
 	}
 	defer w.cluster.Stop()
+	defer stopRollouts()
 	defer removeImageOperator()
 	fmt.Fprintln(os.Stderr, "e2e: using", w.cluster.CRDSource)
 	env = w
