@@ -28,6 +28,10 @@ var operatorFlagDefaults = map[string]string{
 	"controller.stageDefaults.degradedGrace":  "degraded-grace",
 	"controller.stageDefaults.drainOnPause":   "drain-on-pause",
 	"controller.stageDefaults.markVerified":   "mark-verified",
+	"controller.stageDefaults.verifyOnLatch":  "verify-on-latch",
+	"controller.verifyGrace":                  "verify-grace",
+	"controller.verifyPickupTimeout":          "verify-pickup-timeout",
+	"controller.rolloutsControllerInstanceID": "rollouts-controller-instance-id",
 }
 
 // TestChartDefaultsAreTheOperatorDefaults: each setting's default in the

@@ -15,6 +15,7 @@ var componentToggles = map[string][]string{
 	"gate-people":                          {"pauseGate.people.enabled=true"},
 	"resume-requires-projectconfig-update": {"resumeRequiresProjectConfigUpdate.enabled=true"},
 	"mark-verified":                        {"markVerified.installRights=true"},
+	"verify-on-latch":                      {"verifyOnLatch.installRights=true"},
 	"monitoring":                           {"controller.metrics.serviceMonitor.enabled=true", "prometheusRule.enabled=true"},
 	"grafana-dashboard":                    {"grafanaDashboard.enabled=true"},
 	"requested-by":                         {"pauseGate.requestedBy.enabled=true"},

@@ -24,6 +24,12 @@ operator's -help (this column = the operator).
 {{- fail (printf "%s.replicas above 1 needs controller.leaderElection.enabled: replicas without a leader would all reconcile" .what) }}
 {{- end }}
 {{- $flags := list }}
+{{- /* verify-on-latch's rights are installed (verify-on-latch.yaml): let Stages opt in. */ -}}
+{{- if $root.Values.verifyOnLatch.installRights }}
+{{- $flags = append $flags "--enable-verify-on-latch" }}
+{{- else if $c.stageDefaults.verifyOnLatch }}
+{{- fail (printf "%s.stageDefaults.verifyOnLatch needs verifyOnLatch.installRights: without its rights and --enable-verify-on-latch, the operator starts no verification and warns on every Stage that asks for one" .what) }}
+{{- end }}
 {{- range $setting := list
       (list "v" (int $c.logLevel) 0)
       (list "workers" (int $c.workers) 8)
@@ -34,7 +40,11 @@ operator's -help (this column = the operator).
       (list "latch-deadline" $c.stageDefaults.latchDeadline "30m")
       (list "degraded-grace" $c.stageDefaults.degradedGrace "5m")
       (list "drain-on-pause" $c.stageDefaults.drainOnPause true)
-      (list "mark-verified" $c.stageDefaults.markVerified false) }}
+      (list "mark-verified" $c.stageDefaults.markVerified false)
+      (list "verify-on-latch" $c.stageDefaults.verifyOnLatch false)
+      (list "verify-grace" $c.verifyGrace "10s")
+      (list "verify-pickup-timeout" $c.verifyPickupTimeout "2m")
+      (list "rollouts-controller-instance-id" $c.rolloutsControllerInstanceID "") }}
 {{- if ne (toString (index $setting 1)) (toString (index $setting 2)) }}
 {{- $flags = append $flags (printf "--%s=%v" (index $setting 0) (index $setting 1)) }}
 {{- end }}
