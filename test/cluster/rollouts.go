@@ -57,6 +57,25 @@ type Rollouts struct {
 	cmd *exec.Cmd
 }
 
+// InstallRolloutsCRDs installs Argo Rollouts' AnalysisTemplate,
+// ClusterAnalysisTemplate and AnalysisRun CRDs from bin/rollouts-crds and
+// waits until they are established: what an operator with verify-on-latch
+// needs to start, with or without an analysis controller.
+func (c *Cluster) InstallRolloutsCRDs(ctx context.Context) error {
+	crds := filepath.Join(c.Root, "bin", rolloutsCRDDir)
+	if _, err := os.Stat(crds); err != nil {
+		return fmt.Errorf("bin/%s is missing: run `make rollouts` first (it builds Argo Rollouts' controller and copies its CRDs from Go modules)", rolloutsCRDDir)
+	}
+	client, err := dynamic.NewForConfig(c.Config)
+	if err != nil {
+		return err
+	}
+	if err := InstallCRDs(ctx, client, crds); err != nil {
+		return fmt.Errorf("installing Argo Rollouts' CRDs: %w", err)
+	}
+	return nil
+}
+
 // StartRollouts installs Argo Rollouts' AnalysisTemplate,
 // ClusterAnalysisTemplate and AnalysisRun CRDs (waiting until established)
 // and runs bin/rollouts-controller --controllers analysis against the
@@ -71,12 +90,8 @@ func (c *Cluster) StartRollouts(ctx context.Context, opts RolloutsOptions) (_ *R
 			return nil, fmt.Errorf("bin/%s is missing: run `make rollouts` first (it builds Argo Rollouts' controller from Go modules)", filepath.Base(p))
 		}
 	}
-	client, err := dynamic.NewForConfig(c.Config)
-	if err != nil {
+	if err := c.InstallRolloutsCRDs(ctx); err != nil {
 		return nil, err
-	}
-	if err := InstallCRDs(ctx, client, crds); err != nil {
-		return nil, fmt.Errorf("installing Argo Rollouts' CRDs: %w", err)
 	}
 	ports, err := FreePorts(2)
 	if err != nil {

@@ -131,6 +131,11 @@ func newWorld(ctx context.Context, opts cluster.Options, wrap func(http.RoundTri
 	if err := installShipped(ctx, c); err != nil {
 		return nil, fmt.Errorf("installing the shipped manifests: %w", err)
 	}
+	// Argo Rollouts' CRDs, which an operator with verify-on-latch watches;
+	// the analysis controller starts with the first test that needs it.
+	if err := c.InstallRolloutsCRDs(ctx); err != nil {
+		return nil, err
+	}
 	if w.operator, err = c.ServiceAccountConfig(ctx, "kargo-latch", "kargo-latch"); err != nil {
 		return nil, fmt.Errorf("operator token: %w", err)
 	}

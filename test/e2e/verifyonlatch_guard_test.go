@@ -15,7 +15,6 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/dynamic"
-	"sigs.k8s.io/yaml"
 
 	"github.com/kargo-latch/kargo-latch/test/cluster"
 )
@@ -32,7 +31,6 @@ var analysisRuns = schema.GroupVersionResource{Group: "argoproj.io", Version: "v
 // real apiserver with Argo Rollouts' AnalysisRun CRD.
 func TestVerifyOnLatchGuard(t *testing.T) {
 	t.Parallel()
-	ensureAnalysisRunCRD(t)
 	ns := env.newProject(t)
 	tag := randomTag()
 	prefix := "e2e-" + tag + "-"
@@ -191,25 +189,4 @@ func analysisRun(name string, labels map[string]string) *unstructured.Unstructur
 			}},
 		},
 	}}
-}
-
-// ensureAnalysisRunCRD installs Argo Rollouts' AnalysisRun CRD from
-// bin/rollouts-crds (`make rollouts` copies it from the module) unless the
-// cluster has it, and waits until it is served.
-func ensureAnalysisRunCRD(t *testing.T) {
-	t.Helper()
-	crds := schema.GroupVersionResource{Group: "apiextensions.k8s.io", Version: "v1", Resource: "customresourcedefinitions"}
-	b, err := os.ReadFile(filepath.Join(env.cluster.Root, "bin", "rollouts-crds", "analysis-run-crd.yaml"))
-	if err != nil {
-		t.Fatalf("Argo Rollouts' AnalysisRun CRD: %v (run `make rollouts`)", err)
-	}
-	crd := &unstructured.Unstructured{}
-	must(t, yaml.Unmarshal(b, &crd.Object))
-	if _, err := env.dyn.Resource(crds).Create(ctx, crd, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
-		t.Fatal(err)
-	}
-	waitLong(t, "the AnalysisRun CRD to be served", 2*waitLimit, func() bool {
-		_, err := env.dyn.Resource(analysisRuns).List(ctx, metav1.ListOptions{Limit: 1})
-		return err == nil
-	})
 }
