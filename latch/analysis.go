@@ -177,6 +177,9 @@ func (m *machine) startRun(name string, attempt int, why string) {
 // result: Successful lets the cycle's Freight be marked; Failed, Error and
 // Inconclusive fail the cycle, as Kargo's own verification would.
 func (m *machine) followOwnRun(a *Analysis) {
+	if v := m.obs.Verification; v != nil && v.Run == a.Run && a.Run != "" {
+		a.AdoptedByKargo = true
+	}
 	if a.Terminal() {
 		return
 	}
@@ -188,9 +191,6 @@ func (m *machine) followOwnRun(a *Analysis) {
 		return
 	}
 	r := m.obs.Runs[i]
-	if v := m.obs.Verification; v != nil && v.Run == a.Run {
-		a.AdoptedByKargo = true
-	}
 	if r.StartedAt != nil {
 		a.StartTime = r.StartedAt
 	}

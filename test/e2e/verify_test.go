@@ -84,7 +84,19 @@ func TestVerifyOnLatchFailedAnalysisPauses(t *testing.T) {
 
 	freight := promote(t, s)
 	flapUntilLatched(t, s)
-	r := waitPhase(t, s, latch.PhaseFailed)
+	var r latch.Record
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("record: %s", stageRecord(t, s).Encode())
+			for _, run := range runsOf(t, s) {
+				t.Logf("run %s: %v", run.GetName(), run.Object["status"])
+			}
+		}
+	})
+	waitLong(t, "the cycle of "+s.Name+" to fail", time.Minute, func() bool {
+		r = stageRecord(t, s)
+		return r.Phase == latch.PhaseFailed
+	})
 	if r.Failure.Reason != latch.ReasonVerificationFailed || r.Failure.Pause == "" {
 		t.Fatalf("failure = %+v, want VerificationFailed with a pause", r.Failure)
 	}
