@@ -119,40 +119,44 @@ func (s *Stage) KargoAdoptOrStartVerification(ctx context.Context) (run string, 
 	now := s.k.clock().UTC()
 	vi := map[string]any{"id": newUUID(), "startTime": now.Format(time.RFC3339)}
 	verification, _, _ := unstructured.NestedMap(u.Object, "spec", "verification")
-	switch {
-	case verification == nil:
+	if verification == nil {
 		vi["phase"], vi["finishTime"] = "Successful", now.Format(time.RFC3339)
-	default:
-		id, _ := collection["id"].(string)
-		runs, err := s.k.AnalysisRuns(ctx, s.Namespace, s.Name, id)
-		if err != nil {
-			return "", false, err
-		}
-		if len(runs) > 0 {
-			// Kargo main: the adopted verification's finishTime is the
-			// pass's time, its phase the run's.
-			run, adopted = runs[0].GetName(), true
-			vi["finishTime"] = now.Format(time.RFC3339)
-			setPhase(vi, AnalysisRunPhase(&runs[0]))
-			vi["analysisRun"] = runRef(&runs[0])
-			break
-		}
-		obj, err := s.KargoAnalysisRun(ctx)
-		if err != nil {
-			return "", false, err
-		}
-		created, err := s.k.client.Resource(AnalysisRunsResource).Namespace(s.Namespace).Create(ctx, obj, metav1.CreateOptions{FieldManager: FieldManager})
-		if err != nil {
-			return "", false, fmt.Errorf("creating AnalysisRun %s: %w", obj.GetName(), err)
-		}
-		run = created.GetName()
-		// Pending, with Kargo's quirk: finishTime is the run's creation.
-		vi["phase"] = "Pending"
-		vi["finishTime"] = created.GetCreationTimestamp().UTC().Format(time.RFC3339)
-		vi["analysisRun"] = runRef(created)
+	} else if run, adopted, err = s.adoptOrCreateRun(ctx, collection, vi, now); err != nil {
+		return "", false, err
 	}
 	collection["verificationHistory"] = []any{vi}
 	return run, adopted, s.patchStatus(ctx, map[string]any{"freightHistory": history})
+}
+
+// adoptOrCreateRun is the part of Kargo's startVerification that finds or
+// makes the AnalysisRun; it fills vi.
+func (s *Stage) adoptOrCreateRun(ctx context.Context, collection, vi map[string]any, now time.Time) (run string, adopted bool, err error) {
+	id, _ := collection["id"].(string)
+	runs, err := s.k.AnalysisRuns(ctx, s.Namespace, s.Name, id)
+	if err != nil {
+		return "", false, err
+	}
+	if len(runs) > 0 {
+		// Kargo main: the adopted verification's finishTime is the
+		// pass's time, its phase the run's.
+		vi["finishTime"] = now.Format(time.RFC3339)
+		setPhase(vi, AnalysisRunPhase(&runs[0]))
+		vi["analysisRun"] = runRef(&runs[0])
+		return runs[0].GetName(), true, nil
+	}
+	obj, err := s.KargoAnalysisRun(ctx)
+	if err != nil {
+		return "", false, err
+	}
+	created, err := s.k.client.Resource(AnalysisRunsResource).Namespace(s.Namespace).Create(ctx, obj, metav1.CreateOptions{FieldManager: FieldManager})
+	if err != nil {
+		return "", false, fmt.Errorf("creating AnalysisRun %s: %w", obj.GetName(), err)
+	}
+	// Pending, with Kargo's quirk: finishTime is the run's creation.
+	vi["phase"] = "Pending"
+	vi["finishTime"] = created.GetCreationTimestamp().UTC().Format(time.RFC3339)
+	vi["analysisRun"] = runRef(created)
+	return created.GetName(), false, nil
 }
 
 // KargoFollowVerification plays Kargo's later passes over a verification

@@ -9,6 +9,7 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 
 	"github.com/kargo-latch/kargo-latch/kargo"
+	"github.com/kargo-latch/kargo-latch/test/cluster"
 	"github.com/kargo-latch/kargo-latch/test/driver"
 )
 
@@ -123,6 +124,43 @@ func TestRolloutsRunsAPrometheusMetric(t *testing.T) {
 			run, err := env.kargo.AnalysisRun(ctx, ns, name)
 			must(t, err)
 			t.Errorf("query %s: verification %s, want %s; run status %v", query, phase, want, run.Object["status"])
+		}
+	}
+}
+
+// TestRolloutsInstanceIDRunsOnlyItsRuns proves Kargo's
+// ROLLOUTS_CONTROLLER_INSTANCE_ID setting end to end: a run labelled with
+// an instance ID is run by the controller started with that --instance-id,
+// and not touched by the shared one, which runs only unlabelled runs.
+func TestRolloutsInstanceIDRunsOnlyItsRuns(t *testing.T) {
+	ctx := context.Background()
+	shared := env.rollouts(t)
+	own, err := env.cluster.StartRollouts(ctx, cluster.RolloutsOptions{InstanceID: "e2e-own"})
+	must(t, err)
+	t.Cleanup(own.Stop)
+	ns := env.newProject(t)
+	metric := metricServer(t)
+	_, err = env.kargo.CreateAnalysisTemplate(ctx, ns, "smoke", driver.AnalysisTemplate{Metrics: []driver.Metric{driver.WebMetric("web", metric.URL)}})
+	must(t, err)
+	s, err := env.kargo.WithRolloutsControllerInstanceID("e2e-own").CreateStage(ctx, ns, "test", nil,
+		driver.WithAnalysis(driver.Verification{Templates: []driver.TemplateRef{{Name: "smoke"}}}))
+	must(t, err)
+	_, err = s.FinishPromotion(ctx, "Succeeded")
+	must(t, err)
+	must(t, s.SetHealth(ctx, kargo.HealthHealthy))
+	name, _, err := s.KargoAdoptOrStartVerification(ctx)
+	must(t, err)
+	if phase := followVerification(t, s); phase != "Successful" {
+		t.Fatalf("verification %s, want Successful", phase)
+	}
+	for _, c := range []struct {
+		r    *cluster.Rollouts
+		want bool
+	}{{own, true}, {shared, false}} {
+		ran, err := c.r.LogContains(name)
+		must(t, err)
+		if ran != c.want {
+			t.Errorf("the controller with instance ID %q logged the run %s: %v, want %v", c.r.InstanceID, name, ran, c.want)
 		}
 	}
 }
