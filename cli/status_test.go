@@ -258,7 +258,7 @@ func TestStatusHelp(t *testing.T) {
 	if code := Run(t.Context(), []string{"status", "-h"}, &out, &errOut); code != ExitOK {
 		t.Fatalf("status -h: exit %d: %s", code, errOut.String())
 	}
-	for _, col := range []string{"APPS", "HELD", "VERIFIED", "seenHealthyAt", "kargoHolds"} {
+	for _, col := range []string{"APPS", "HELD", "ANALYSIS", "waiting for Kargo", "ANALYSISRUN", "VERIFIED", "seenHealthyAt", "kargoHolds"} {
 		if !strings.Contains(out.String(), col) {
 			t.Errorf("status -h does not explain %s:\n%s", col, out.String())
 		}
