@@ -248,3 +248,42 @@ func TestVerifyOnLatchDeletedRunStartsAgainOnce(t *testing.T) {
 		t.Errorf("%d runs, want the second attempt's only", n)
 	}
 }
+
+// TestVerifyOnLatchExactlyOnceAcrossKills: the operator is killed with
+// SIGKILL as soon as its run exists (before or after the record names it)
+// and again while the run runs: still exactly one run for the collection,
+// one result, one mark.
+func TestVerifyOnLatchExactlyOnceAcrossKills(t *testing.T) {
+	t.Parallel()
+	env.rollouts(t)
+	ns := env.newProject(t)
+	metric := metricServer(t)
+	op := newProcessAs(t, env.verifier, "--namespace", ns, "--enable-verify-on-latch", "--verify-grace", "1s",
+		"--latch-deadline", "1m", "--health-probe-bind-address", "0", "--metrics-bind-address", "0", "-v", "2")
+	op.start()
+	s := env.createStage(t, ns, "test", verifyOnLatch, appsAB, webCheck(t, ns, metric, 3, "2s"))
+
+	freight := promote(t, s)
+	flapUntilLatched(t, s)
+	waitFor(t, "the run to be made", func() bool { return len(runsOf(t, s)) > 0 })
+	op.kill()
+	must(t, op.launch())
+	waitAnalysis(t, s, "the record to name the run", func(a *latch.Analysis) bool { return a.Run != "" })
+	op.kill()
+	must(t, op.launch())
+
+	r := waitAnalysis(t, s, "the analysis to succeed", func(a *latch.Analysis) bool { return a.Phase == latch.VerificationSuccessful })
+	run := assertOneOwnRun(t, s, freight)
+	if r.Analysis.Run != run.GetName() || r.Analysis.Attempt != 1 {
+		t.Errorf("record's analysis = %+v, want attempt 1 of %s", r.Analysis, run.GetName())
+	}
+	if at, want := waitVerified(t, s, freight), completedAt(t, ns, run.GetName()); at != want {
+		t.Errorf("verifiedAt = %s, want the run's completedAt %s", at, want)
+	}
+	waitEvent(t, s, api.ReasonFreightVerified)
+	for _, reason := range []string{api.ReasonVerificationSucceeded, api.ReasonFreightVerified} {
+		if n := env.eventCount(t, s, reason); n != 1 {
+			t.Errorf("%d %s Events, want 1", n, reason)
+		}
+	}
+}
