@@ -23,12 +23,15 @@ HACK_PKGS      = $(shell $(GO) list ./hack/... | grep -v '/hack/image')
 # pins.
 PROMTOOL      := $(BIN)/promtool
 PROMETHEUS    := $(BIN)/prometheus
+# Argo Rollouts' controller and its analysis CRDs (`make rollouts`): the
+# e2e tests run its analysis controller.
+ROLLOUTS      := $(BIN)/rollouts-controller $(BIN)/rollouts-crds
 FUZZTIME      ?= 30s
 # The failure-injection tests of docs/reliability.md: SIGKILL loops, leader
 # loss, an API server outage, and the bad-input corpus.
 RELIABILITY   := TestReliabilityKillScenario|TestReliabilityLeaderLoss|TestMalformedKargoObjectsAreRefused|TestExactlyOncePauseAcrossKills|TestLeaderElection|TestAPIServerOutage|TestReliabilityAPIServerOutage|TestRestartKeepsLatch|TestBadInputIsReportedAndHarmless|TestPauseBadInput|TestPauseCreatedAndDeletedAtOnce|TestStageDeletedWhilePaused|TestNamespaceDeletedMidScenario|TestHugeAnnotations|TestMarkVerifiedExactlyOnceAcrossKills|TestShardUpgradeSettlesPauseStatus|TestGarbageRecordIsKept|TestGarbageRecordKeptWithinTheAnnotationLimit|TestMarkVerifiedCutShortAfterItsPatchGetsOneEvent|TestCLIWaitGivesUpWhenTheAPIServerGoesAway
 
-.PHONY: all build test unit fuzz rules chart e2e test-reliability lint cluster demo bench generate clean prometheus image image-push image-test image-for-tests release
+.PHONY: all build test unit fuzz rules chart e2e test-reliability lint cluster demo bench generate clean prometheus rollouts image image-push image-test image-for-tests release
 
 all: build
 
@@ -49,12 +52,12 @@ fuzz:
 
 # The Helm tests run the operator from the image's binary: the image
 # image-for-tests just wrote, which KARGO_LATCH_IMAGE hands them.
-e2e: cluster $(PROMETHEUS) $(PROMTOOL) $(BIN)/helm image-for-tests
+e2e: cluster $(PROMETHEUS) $(PROMTOOL) $(BIN)/helm $(ROLLOUTS) image-for-tests
 	$(IMAGE_ENV) $(GO) test -race -count=1 -timeout=15m -skip '^($(RELIABILITY))$$' $(E2E_PKGS)
 
 ## test-reliability: the failure-injection suite (docs/reliability.md); the
 ## fuzzing of `make fuzz` belongs to it too.
-test-reliability: cluster $(PROMETHEUS)
+test-reliability: cluster $(PROMETHEUS) $(ROLLOUTS)
 	$(GO) test -race -count=1 -timeout=20m -run '^($(RELIABILITY))$$' -v ./test/e2e | grep -E '^(=== RUN|--- |ok|FAIL|PASS)|_test.go:[0-9]+: '; exit $${PIPESTATUS[0]}
 
 ## image: build the operator's image with Go alone (hack/image): an OCI
@@ -130,6 +133,43 @@ $(BIN)/kube-controller-manager: $(BIN)/kube-apiserver
 $(BIN)/etcd:
 	@echo ">> Building etcd v3.7.0 from Go modules into bin/ (first run only; under a minute)..."
 	cd test/tools && $(GO) build -o $(BIN)/etcd ./etcd
+
+## rollouts: build Argo Rollouts' controller (cmd/rollouts-controller) from
+## its Go module into bin/, and copy its analysis CRDs into bin/rollouts-crds/,
+## only when missing. The e2e tests run it with --controllers analysis: the
+## real engine that runs the AnalysisRuns of a Stage's verification.
+rollouts: $(ROLLOUTS)
+
+ROLLOUTS_VERSION   := v1.10.2
+# Its go.mod names go 1.26.10: Go fetches this toolchain once through the
+# module proxy, for this build only.
+ROLLOUTS_TOOLCHAIN := go1.27.3
+ROLLOUTS_CRDS      := analysis-run-crd.yaml analysis-template-crd.yaml cluster-analysis-template-crd.yaml
+# The module's directory in the module cache, downloaded when missing.
+ROLLOUTS_MODULE_DIR = cd /tmp && GOTOOLCHAIN=$(ROLLOUTS_TOOLCHAIN) $(GO) mod download -json github.com/argoproj/argo-rollouts@$(ROLLOUTS_VERSION) | \
+	sed -n 's/^[[:space:]]*"Dir": "\(.*\)",$$/\1/p'
+
+# Built from a writable copy of the downloaded module: its go.mod's replace
+# directives apply only when it is the main module.
+$(BIN)/rollouts-controller:
+	@echo ">> Building Argo Rollouts' rollouts-controller $(ROLLOUTS_VERSION) from Go modules into bin/ (first run only; about 15 minutes on 2 cores)..."
+	@set -eo pipefail; dir=$$($(ROLLOUTS_MODULE_DIR)); \
+	test -n "$$dir" || { echo "downloading github.com/argoproj/argo-rollouts@$(ROLLOUTS_VERSION) failed"; exit 1; }; \
+	mkdir -p "$$(readlink -f $(BIN))"; src=$(BIN)/.rollouts-src; rm -rf $$src; mkdir -p $$src; \
+	cp -r $$dir/. $$src/ && chmod -R u+w $$src; \
+	cd $$src && GOTOOLCHAIN=$(ROLLOUTS_TOOLCHAIN) CGO_ENABLED=0 $(GO) build -v \
+		-ldflags "-X github.com/argoproj/argo-rollouts/utils/version.version=$(ROLLOUTS_VERSION:v%=%)" \
+		-o $@.tmp ./cmd/rollouts-controller 2>&1 | \
+		awk '/[ :]/ { print; next } { n++; if (n % 100 == 0) printf("   ... %d packages compiled\n", n); fflush() } END { printf("   ... done (%d packages)\n", n) }'; \
+	mv $@.tmp $@; rm -rf $$src
+	@test -x $@ || (echo "building rollouts-controller failed; see the output above" && exit 1)
+
+$(BIN)/rollouts-crds:
+	@set -eo pipefail; dir=$$($(ROLLOUTS_MODULE_DIR)); \
+	test -n "$$dir" || { echo "downloading github.com/argoproj/argo-rollouts@$(ROLLOUTS_VERSION) failed"; exit 1; }; \
+	mkdir -p "$$(readlink -f $(BIN))"; rm -rf $@.tmp; mkdir -p $@.tmp; \
+	for crd in $(ROLLOUTS_CRDS); do cp $$dir/manifests/crds/$$crd $@.tmp/; done; \
+	chmod u+w $@.tmp/*; mv $@.tmp $@
 
 ## rules: check the alert rules and run their unit tests with promtool (and
 ## those of the shards example, with a KargoLatchDown per operator), and

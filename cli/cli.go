@@ -32,6 +32,11 @@ const (
 	// auto-promotion from at least one origin. Only a person releases such
 	// a hold, so the wait ends at once rather than hang the pipeline.
 	ExitHeld = 4
+	// ExitAnalysisFailed: wait --for=verified found that the cycle's
+	// configured verification (an Argo Rollouts analysis, Kargo's own or
+	// kargo-latch's verify-on-latch run) ended Failed, Error or
+	// Inconclusive: the Freight will not be verified in this cycle.
+	ExitAnalysisFailed = 5
 	// ExitInterrupted: wait was interrupted (SIGINT, SIGTERM) first, as a
 	// shell reports a process ended by SIGINT.
 	ExitInterrupted = 130

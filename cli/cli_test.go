@@ -126,11 +126,11 @@ func TestRedrawer(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	want := `STAGE   PHASE     APPS   PAUSED   REASON     PAUSES   HELD   SINCE   LATCHED   VERIFIED
-prod    Latched   -      yes      Incident   inc-1    -      -       -         -
+	want := `STAGE   PHASE     APPS   PAUSED   REASON     PAUSES   HELD   SINCE   LATCHED   ANALYSIS   VERIFIED
+prod    Latched   -      yes      Incident   inc-1    -      -       -         -          -
 
-STAGE   PHASE     APPS   PAUSED   REASON   PAUSES   HELD   SINCE   LATCHED   VERIFIED
-prod    Latched   -      no       -        -        -      -       -         -
+STAGE   PHASE     APPS   PAUSED   REASON   PAUSES   HELD   SINCE   LATCHED   ANALYSIS   VERIFIED
+prod    Latched   -      no       -        -        -      -       -         -          -
 `
 	if diff := cmp.Diff(want, trimLines(out.String())); diff != "" {
 		t.Errorf("appended tables (-want +got):\n%s", diff)

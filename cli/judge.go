@@ -38,6 +38,9 @@ const (
 	// held: resumed, but Kargo's own auto-promotion hold still stops
 	// auto-promotion (ExitHeld).
 	held
+	// analysisFailed: waiting for verified, the cycle's configured
+	// verification ended Failed, Error or Inconclusive (ExitAnalysisFailed).
+	analysisFailed
 )
 
 // verdict is one judgement: the outcome, and for people what was reached,
@@ -125,18 +128,17 @@ func judge(cond condition, target string, s sighting) verdict {
 	name := cycleName(target, rec)
 	switch rec.Phase {
 	case latch.PhaseFailed:
+		if cond == forVerified && analysisFailure(rec.Failure) {
+			return verdict{analysisFailed, fmt.Sprintf("%s failed: its verification did not pass: %s", name, failure(rec))}
+		}
 		return verdict{failed, fmt.Sprintf("%s failed: %s", name, failure(rec))}
 	case "", latch.PhaseIdle:
 		return verdict{waiting, "the Stage has no promotion yet"}
 	}
 	if cond == forVerified {
-		switch v, state := judgeVerified(rec, st, s.verifiedIn); state {
-		case verifiedNow:
-			return verdict{reached, v}
-		case verifiedBefore:
-			return verdict{waiting, fmt.Sprintf("%s is %s; %s", name, progress(rec, st), v)}
-		}
-	} else if rec.Phase == latch.PhaseLatched {
+		return judgeVerifiedCycle(name, rec, st, cycleAnalysis(s.stage, &rec, st), s.verifiedIn)
+	}
+	if rec.Phase == latch.PhaseLatched {
 		return verdict{reached, fmt.Sprintf("%s latched %s", name, when(rec.LatchedAt))}
 	}
 	return verdict{waiting, fmt.Sprintf("%s is %s", name, progress(rec, st))}
@@ -214,58 +216,6 @@ func terminal(phase string) bool {
 		return true
 	}
 	return false
-}
-
-// judgeVerified reports whether the cycle's Freight is verified in the
-// Stage in this cycle: marked by kargo-latch (the record; it marks only a
-// latched cycle), or verified by Kargo (each Freight's status.verifiedIn)
-// once the cycle has latched, or at or after its promotion. Only the
-// cycle's own Freight counts: right after a promotion, freightHistory[0]
-// may still be the previous one's. And a verifiedIn entry stays for good:
-// Freight rolled back to keeps the mark of the cycle that verified it
-// long ago, whatever its health now.
-func judgeVerified(rec latch.Record, st *kargo.StageStatus, verifiedIn func(string) (*time.Time, bool)) (string, verifiedState) {
-	if st.FreightID == "" || st.FreightID != rec.FreightID || len(st.FreightNames) == 0 {
-		return "", notVerified
-	}
-	freight := strings.Join(st.FreightNames, ", ")
-	if markedVerified(st.FreightNames, &rec) {
-		return fmt.Sprintf("Freight %s is verified in the Stage (marked by kargo-latch when the cycle latched)", freight), verifiedNow
-	}
-	if verifiedIn == nil {
-		return "", notVerified
-	}
-	state := verifiedNow
-	for _, f := range st.FreightNames {
-		at, ok := verifiedIn(f)
-		switch {
-		case !ok:
-			return "", notVerified
-		case rec.LatchedAt == nil && !notBefore(at, rec.PromotedAt):
-			state = verifiedBefore
-		}
-	}
-	if state == verifiedBefore {
-		return fmt.Sprintf("Freight %s was verified in the Stage before this cycle's promotion, which counts once the cycle latches", freight), state
-	}
-	return fmt.Sprintf("Freight %s is verified in the Stage", freight), state
-}
-
-// verifiedState is where the cycle's Freight stands for a wait for verified.
-type verifiedState int
-
-const (
-	notVerified verifiedState = iota
-	// verifiedBefore: verified in the Stage, but before this cycle's
-	// promotion, and the cycle has not latched.
-	verifiedBefore
-	verifiedNow
-)
-
-// notBefore reports whether Kargo's verifiedAt is not older than the
-// cycle's promotion, to the second Kargo writes.
-func notBefore(verifiedAt, promotedAt *time.Time) bool {
-	return verifiedAt != nil && promotedAt != nil && !verifiedAt.Before(promotedAt.Truncate(time.Second))
 }
 
 func judgePause(cond condition, s sighting) verdict {

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"slices"
 	"sort"
 	"strings"
 	"text/tabwriter"
@@ -48,8 +49,13 @@ type StageStatus struct {
 	// MarkedVerified is true when kargo-latch has marked every current
 	// Freight verified in this Stage in this cycle, or found it so, so that
 	// downstream Stages can receive it.
-	MarkedVerified bool          `json:"markedVerified"`
-	Record         *latch.Record `json:"record,omitempty"`
+	MarkedVerified bool `json:"markedVerified"`
+	// Analysis is the configured verification of the current cycle (the
+	// Stage's spec.verification): who runs it, Kargo or kargo-latch
+	// (verify-on-latch), and its phase; nil when the Stage has none. It is
+	// apart from the latch, which is a verdict on health only.
+	Analysis *AnalysisStatus `json:"analysis,omitempty"`
+	Record   *latch.Record   `json:"record,omitempty"`
 }
 
 // KargoHold is one of Kargo's own auto-promotion holds on a Stage, as
@@ -66,45 +72,8 @@ type KargoHold struct {
 	Since     *time.Time `json:"since,omitempty"`
 }
 
-// statusHelp is `status -h`: what the columns mean.
-const statusHelp = `Shows each Stage's latch cycle: its phase, how far its Argo CD Applications
-have got towards the latch, whether its Freight was marked verified, and the
-StagePauses that cover it.
-
-Columns:
-  PHASE     Idle, Promoted (waiting for the latch), Latched, Degraded, Failed.
-  APPS      N/M: N of the M Applications in the Stage's health output were
-            seen Healthy and Synced in this cycle, each at its own moment; the
-            cycle latches when all M were (or when the Stage is Healthy).
-            N alone: the Stage lists no Application now; N were seen Healthy.
-            >100: too many Applications; only the Stage's health counts.
-            -: no per-Application data; only the Stage's health counts.
-  PAUSED    yes while a StagePause covers the Stage.
-  REASON    the pause's reason, else the failure's.
-  PAUSES    the StagePauses that cover the Stage.
-  HELD      the Warehouses from which Kargo itself holds auto-promotion of
-            the Stage (Kargo v1.11.1+, status.effectiveAutoPromotionHolds):
-            after a person promoted other Freight than the candidate, e.g.
-            a rollback during a pause. Resuming a pause does not end such a
-            hold; the lines below the table say what each is and how to
-            release it.
-  SINCE     when the Stage entered its phase, or was paused.
-  LATCHED   when the cycle latched.
-  VERIFIED  marked: kargo-latch marked the current Freight verified in this
-            Stage (or found it so), so downstream Stages can receive it.
-            -: not marked by kargo-latch: mark-verified is off, the cycle has
-            not latched, or the mark waits (a pause, a verification that has
-            not succeeded, a missing right). Kargo may have verified it itself.
-
--o json and -o yaml add the current Freight, each Application with the time
-it was first seen Healthy in this cycle (seenHealthyAt), Kargo's holds
-(kargoHolds: origin, Freight, actor, promotion, since), and the latch record.
-
--w (--watch) keeps watching the Stages and their StagePauses (a watch, not
-polling) and shows them again on every change, until interrupted (exit 0).
-On a terminal the screen is cleared and redrawn (and the ages refreshed every
-few seconds); otherwise (a pipe, a CI log) each change appends a new table,
-or a new JSON array or YAML document, only when something changed.`
+// outputs are status's output formats (-o).
+var outputs = []string{"table", "wide", "json", "yaml"}
 
 type statusOptions struct {
 	all    bool
@@ -115,7 +84,7 @@ type statusOptions struct {
 func statusCmd(kube *kubeFlags) *cobra.Command {
 	var o statusOptions
 	cmd := &cobra.Command{
-		Use:               "status [STAGE] [-n PROJECT | -A] [-o table|json|yaml] [-w]",
+		Use:               "status [STAGE] [-n PROJECT | -A] [-o table|wide|json|yaml] [-w]",
 		Short:             "Show the Stages' latch cycles, Applications and pauses",
 		Long:              statusHelp,
 		ValidArgsFunction: kube.completeStages,
@@ -124,9 +93,9 @@ func statusCmd(kube *kubeFlags) *cobra.Command {
 		},
 	}
 	cmd.Flags().BoolVarP(&o.all, "all-namespaces", "A", false, "all projects")
-	cmd.Flags().StringVarP(&o.output, "output", "o", "table", "table, json or yaml")
+	cmd.Flags().StringVarP(&o.output, "output", "o", "table", "table, wide (the table and each AnalysisRun), json or yaml")
 	cmd.Flags().BoolVarP(&o.watch, "watch", "w", false, "keep watching, and show the Stages again on every change")
-	_ = cmd.RegisterFlagCompletionFunc("output", fixedCompletions("table", "json", "yaml"))
+	_ = cmd.RegisterFlagCompletionFunc("output", fixedCompletions(outputs...))
 	return cmd
 }
 
@@ -134,8 +103,8 @@ func (o *statusOptions) run(ctx context.Context, kube *kubeFlags, only []string,
 	if len(only) > 1 || (o.all && len(only) == 1) {
 		return usageErrorf("status takes at most one Stage, and none with -A")
 	}
-	if o.output != "table" && o.output != "json" && o.output != "yaml" {
-		return usageErrorf("unknown output %q: use table, json or yaml", o.output)
+	if !slices.Contains(outputs, o.output) {
+		return usageErrorf("unknown output %q: use table, wide, json or yaml", o.output)
 	}
 	client, ns, err := kube.client()
 	if err != nil {
@@ -172,7 +141,7 @@ func render(out io.Writer, rows []StageStatus, output string, withProject bool, 
 		_, err = out.Write(b)
 		return err
 	}
-	return printTable(out, rows, withProject, now)
+	return printTable(out, rows, withProject, output == "wide", now)
 }
 
 func collect(ctx context.Context, client dynamic.Interface, ns string, only []string) ([]StageStatus, error) {
@@ -254,7 +223,8 @@ func row(u *unstructured.Unstructured, pauses []v1alpha1.StagePause) StageStatus
 		}
 		r.Since = phaseSince(rec)
 	}
-	if st := kargo.StatusFromUnstructured(u); st != nil {
+	st := kargo.StatusFromUnstructured(u)
+	if st != nil {
 		var seen map[string]time.Time
 		if r.Record != nil {
 			seen = r.Record.AppsHealthy
@@ -264,6 +234,7 @@ func row(u *unstructured.Unstructured, pauses []v1alpha1.StagePause) StageStatus
 		r.MarkedVerified = markedVerified(st.FreightNames, r.Record)
 		r.KargoHolds = kargoHolds(st.Holds)
 	}
+	r.Analysis = cycleAnalysis(u, r.Record, st)
 	var earliest *time.Time
 	for _, p := range covering(u.GetNamespace(), u.GetName(), pauses) {
 		if !r.Paused {
@@ -321,16 +292,26 @@ func phaseSince(r latch.Record) *time.Time {
 	return nil
 }
 
-func printTable(out io.Writer, rows []StageStatus, withProject bool, now time.Time) error {
+// printTable writes the rows as a table; wide adds the AnalysisRun of each
+// Stage's current cycle.
+func printTable(out io.Writer, rows []StageStatus, withProject, wide bool, now time.Time) error {
 	w := tabwriter.NewWriter(out, 0, 4, 3, ' ', 0)
-	tableRow(w, withProject, "PROJECT", "STAGE", "PHASE", "APPS", "PAUSED", "REASON", "PAUSES", "HELD", "SINCE", "LATCHED", "VERIFIED")
+	heading := []string{"STAGE", "PHASE", "APPS", "PAUSED", "REASON", "PAUSES", "HELD", "SINCE", "LATCHED", "ANALYSIS", "VERIFIED"}
+	if wide {
+		heading = append(heading, "ANALYSISRUN")
+	}
+	tableRow(w, withProject, "PROJECT", heading...)
 	for _, r := range rows {
 		paused := "no"
 		if r.Paused {
 			paused = "yes"
 		}
-		tableRow(w, withProject, r.Project, r.Stage, r.Phase, appsCell(r), paused, dash(r.Reason), dash(strings.Join(r.Pauses, ",")),
-			heldCell(r), age(r.Since, now), age(r.LatchedAt, now), verifiedCell(r))
+		cells := []string{r.Stage, r.Phase, appsCell(r), paused, dash(r.Reason), dash(strings.Join(r.Pauses, ",")),
+			heldCell(r), age(r.Since, now), age(r.LatchedAt, now), analysisCell(r, now), verifiedCell(r)}
+		if wide {
+			cells = append(cells, runCell(r))
+		}
+		tableRow(w, withProject, r.Project, cells...)
 	}
 	if len(rows) == 0 {
 		fmt.Fprintln(w, "(no Stages)")

@@ -180,14 +180,14 @@ func TestPrintTable(t *testing.T) {
 		{Project: "q", Stage: "new", Phase: "-"},
 	}
 	want := `
-PROJECT   STAGE      PHASE      APPS   PAUSED   REASON     PAUSES   HELD   SINCE     LATCHED    VERIFIED
-p         flapping   Promoted   1/2    no       -          -        -      5m ago    -          -
-p         marked     Latched    2/2    no       -          -        -      60s ago   60s ago    marked
-q         paused     Latched    -      yes      Incident   inc-1    -      60m ago   120m ago   -
-q         new        -          -      no       -          -        -      -         -          -
+PROJECT   STAGE      PHASE      APPS   PAUSED   REASON     PAUSES   HELD   SINCE     LATCHED    ANALYSIS   VERIFIED
+p         flapping   Promoted   1/2    no       -          -        -      5m ago    -          -          -
+p         marked     Latched    2/2    no       -          -        -      60s ago   60s ago    -          marked
+q         paused     Latched    -      yes      Incident   inc-1    -      60m ago   120m ago   -          -
+q         new        -          -      no       -          -        -      -         -          -          -
 `
 	var b bytes.Buffer
-	if err := printTable(&b, rows, true, now); err != nil {
+	if err := printTable(&b, rows, true, false, now); err != nil {
 		t.Fatal(err)
 	}
 	if diff := cmp.Diff(strings.TrimPrefix(want, "\n"), trimLines(b.String())); diff != "" {
@@ -229,13 +229,13 @@ func TestStatusShowsKargosHolds(t *testing.T) {
 		t.Errorf("holds (-want +got):\n%s", diff)
 	}
 	var b bytes.Buffer
-	if err := printTable(&b, rows, false, now); err != nil {
+	if err := printTable(&b, rows, false, false, now); err != nil {
 		t.Fatal(err)
 	}
 	want := `
-STAGE   PHASE     APPS   PAUSED   REASON   PAUSES   HELD            SINCE    LATCHED   VERIFIED
-test    Latched   -      no       -        -        charts,images   5m ago   5m ago    -
-other   Latched   -      no       -        -        -               5m ago   5m ago    -
+STAGE   PHASE     APPS   PAUSED   REASON   PAUSES   HELD            SINCE    LATCHED   ANALYSIS   VERIFIED
+test    Latched   -      no       -        -        charts,images   5m ago   5m ago    -          -
+other   Latched   -      no       -        -        -               5m ago   5m ago    -          -
 Kargo's own auto-promotion holds (to release one, promote the Warehouse's current candidate Freight to the Stage, or resume auto-promotion in Kargo's UI):
 STAGE   ORIGIN             FREIGHT   ACTOR   PROMOTION     SINCE
 test    Warehouse/charts   c0        -       -             -
@@ -258,7 +258,7 @@ func TestStatusHelp(t *testing.T) {
 	if code := Run(t.Context(), []string{"status", "-h"}, &out, &errOut); code != ExitOK {
 		t.Fatalf("status -h: exit %d: %s", code, errOut.String())
 	}
-	for _, col := range []string{"APPS", "HELD", "VERIFIED", "seenHealthyAt", "kargoHolds"} {
+	for _, col := range []string{"APPS", "HELD", "ANALYSIS", "waiting for Kargo", "ANALYSISRUN", "VERIFIED", "seenHealthyAt", "kargoHolds"} {
 		if !strings.Contains(out.String(), col) {
 			t.Errorf("status -h does not explain %s:\n%s", col, out.String())
 		}

@@ -107,7 +107,7 @@ func (r *redrawer) draw(rows []StageStatus, now time.Time) error {
 	case first:
 	case r.output == "yaml":
 		b.WriteString("---\n")
-	case r.output == "table":
+	case r.output == "table", r.output == "wide":
 		b.WriteString("\n")
 	}
 	if err := render(&b, rows, r.output, r.withProject, now); err != nil {

@@ -123,8 +123,8 @@ type Controller struct {
 	// nil without it.
 	runInformers map[string]cache.SharedIndexInformer
 	informers    []cache.SharedIndexInformer
-	caches         []watchedCache
-	problems       cacheProblems
+	caches       []watchedCache
+	problems     cacheProblems
 	// promotions caches the unfinished Promotions (controller/promotioncache).
 	promotions *promotioncache.Cache
 	// foregroundSyncedAt is when Start saw the caches synced (but those

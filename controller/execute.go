@@ -76,7 +76,7 @@ func (c *Controller) execute(ctx context.Context, s *snapshot, p plan) (time.Dur
 		return 0, err
 	}
 	// 4b. Runs no cycle needs any more stopped, the record saying why.
-	if err := c.terminateRuns(ctx, s.stage, m, p.terminate); err != nil {
+	if err := c.terminateRuns(ctx, s, p.terminate); err != nil {
 		return 0, err
 	}
 	// 5. The mark, judged again on the stored view.

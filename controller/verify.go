@@ -158,8 +158,22 @@ func (c *Controller) verificationRefused(ctx context.Context, s *snapshot, err e
 }
 
 // terminateRuns stops the runs no live cycle needs, once each: the patch is
-// not made again while the cache has yet to show it.
-func (c *Controller) terminateRuns(ctx context.Context, stage *kargo.Stage, m *memo, runs []latch.Action) error {
+// not made again while the cache has yet to show it. A run cannot be
+// started again, so the judgement is made again on the Stage as the API
+// server has it: the cache of runs may show a run this replica just made
+// while the cached Stage is still behind the record that names it.
+func (c *Controller) terminateRuns(ctx context.Context, s *snapshot, runs []latch.Action) error {
+	if len(runs) == 0 {
+		return nil
+	}
+	fresh, err := c.refresh(ctx, s)
+	if fresh == nil || err != nil || fresh.leftAlone {
+		return err
+	}
+	if fresh != s {
+		runs = judge(fresh).terminate
+	}
+	stage, m := s.stage, s.memo
 	for _, a := range runs {
 		if slices.Contains(m.terminated, a.Run) {
 			continue

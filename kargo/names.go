@@ -10,6 +10,7 @@ var (
 	StagesResource     = GroupVersion.WithResource("stages")
 	PromotionsResource = GroupVersion.WithResource("promotions")
 	FreightsResource   = GroupVersion.WithResource("freights")
+	WarehousesResource = GroupVersion.WithResource("warehouses")
 )
 
 // StateAnnotation is kargo-latch's own: the durable latch record as JSON.

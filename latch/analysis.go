@@ -1,11 +1,8 @@
 package latch
 
 import (
-	"crypto/sha256"
-	"encoding/hex"
 	"fmt"
 	"slices"
-	"strings"
 	"time"
 )
 
@@ -69,20 +66,6 @@ type Run struct {
 
 func (r Run) terminal() bool {
 	return r.Phase != "" && r.Phase != VerificationPending && r.Phase != VerificationRunning
-}
-
-// RunName derives the name of the AnalysisRun kargo-latch starts for a
-// cycle, in Kargo's shape (<stage>.<id>.<freight collection>), from what
-// identifies the cycle and the attempt: a sync judged again after a crash
-// asks for the same run, and never makes a second.
-func RunName(stage, collection, cycle string, attempt int) string {
-	sum := sha256.Sum256([]byte(fmt.Sprintf("%s\x00%s\x00%s\x00%d", stage, collection, cycle, attempt)))
-	suffix := ".latch-" + hex.EncodeToString(sum[:5]) + "." + strings.ToLower(collection)
-	const maxName = 253
-	if len(stage)+len(suffix) > maxName {
-		stage = strings.TrimRight(stage[:maxName-len(suffix)], ".-")
-	}
-	return strings.ToLower(stage) + suffix
 }
 
 // verify looks after the cycle's configured verification: it terminates
@@ -194,6 +177,9 @@ func (m *machine) startRun(name string, attempt int, why string) {
 // result: Successful lets the cycle's Freight be marked; Failed, Error and
 // Inconclusive fail the cycle, as Kargo's own verification would.
 func (m *machine) followOwnRun(a *Analysis) {
+	if v := m.obs.Verification; v != nil && v.Run == a.Run && a.Run != "" {
+		a.AdoptedByKargo = true
+	}
 	if a.Terminal() {
 		return
 	}
@@ -205,9 +191,6 @@ func (m *machine) followOwnRun(a *Analysis) {
 		return
 	}
 	r := m.obs.Runs[i]
-	if v := m.obs.Verification; v != nil && v.Run == a.Run {
-		a.AdoptedByKargo = true
-	}
 	if r.StartedAt != nil {
 		a.StartTime = r.StartedAt
 	}

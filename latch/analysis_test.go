@@ -1,7 +1,6 @@
 package latch
 
 import (
-	"strings"
 	"testing"
 	"time"
 
@@ -229,15 +228,5 @@ func TestVerifyOnLatchRefusedStartAsksNothing(t *testing.T) {
 	res := Step(verifying(), latched(), obs, at(minutes(5)))
 	if len(res.Actions) != 0 || res.Record.Analysis != nil || res.RequeueAfter != 0 {
 		t.Errorf("refused: %v, %+v, requeue %v", kinds(res), res.Record.Analysis, res.RequeueAfter)
-	}
-}
-
-func TestRunNameIsAValidBoundedName(t *testing.T) {
-	n := RunName(strings.Repeat("a", 250), "0123456789abcdef0123456789abcdef01234567", "c", 1)
-	if len(n) > 253 {
-		t.Errorf("len = %d", len(n))
-	}
-	if RunName("s", "F", "c", 1) == RunName("s", "F", "c", 2) {
-		t.Error("attempts share a name")
 	}
 }

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"slices"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -60,10 +59,11 @@ func (s *Starter) Start(ctx context.Context, namespace, stage, collection, name 
 	if err != nil {
 		return latch.Run{}, err
 	}
-	if id := liveCollection(live); id != collection {
-		return latch.Run{}, fmt.Errorf("Stage %s/%s now shows Freight collection %q, not %q: judging again", namespace, stage, id, collection)
+	if src.Collection.ID != collection {
+		return latch.Run{}, fmt.Errorf("stage %s/%s now shows Freight collection %q, not %q: judging again", namespace, stage, src.Collection.ID, collection)
 	}
-	in := Input{Source: src, Name: name, InstanceID: s.InstanceID, Templates: map[TemplateRef]*unstructured.Unstructured{}}
+	in := Input{Source: src, Name: name, InstanceID: s.InstanceID,
+		Templates: map[TemplateRef]*unstructured.Unstructured{}, Warehouses: map[string]*unstructured.Unstructured{}}
 	for _, ref := range src.Templates {
 		t, err := s.template(ctx, namespace, ref)
 		if err != nil {
@@ -71,7 +71,14 @@ func (s *Starter) Start(ctx context.Context, namespace, stage, collection, name 
 		}
 		in.Templates[ref] = t
 	}
-	if in.Freight, err = s.freight(ctx, namespace, live); err != nil {
+	for _, f := range src.Collection.Freight {
+		u, err := s.Dynamic.Resource(kargo.FreightsResource).Namespace(namespace).Get(ctx, f.Name, metav1.GetOptions{})
+		if err != nil {
+			return latch.Run{}, fmt.Errorf("reading Freight %s/%s: %w", namespace, f.Name, err)
+		}
+		in.Freight = append(in.Freight, u)
+	}
+	if err := s.warehouses(ctx, namespace, src, in.Warehouses); err != nil {
 		return latch.Run{}, err
 	}
 	run, err := Build(in)
@@ -105,7 +112,7 @@ func (s *Starter) existing(ctx context.Context, namespace, stage, collection, na
 func (s *Starter) template(ctx context.Context, namespace string, ref TemplateRef) (*unstructured.Unstructured, error) {
 	res := s.Dynamic.Resource(AnalysisTemplatesResource).Namespace(namespace)
 	where := "in namespace " + namespace
-	if ref.Kind == "ClusterAnalysisTemplate" {
+	if ref.Kind == KindClusterAnalysisTemplate {
 		res, where = s.Dynamic.Resource(ClusterAnalysisTemplatesResource), "in the cluster"
 	}
 	t, err := res.Get(ctx, ref.Name, metav1.GetOptions{})
@@ -118,18 +125,25 @@ func (s *Starter) template(ctx context.Context, namespace string, ref TemplateRe
 	return t, nil
 }
 
-// freight reads the Freight of the Stage's current collection, which the
-// run is owned by.
-func (s *Starter) freight(ctx context.Context, namespace string, live *unstructured.Unstructured) ([]*unstructured.Unstructured, error) {
-	var out []*unstructured.Unstructured
-	for _, name := range liveFreightNames(live) {
-		f, err := s.Dynamic.Resource(kargo.FreightsResource).Namespace(namespace).Get(ctx, name, metav1.GetOptions{})
-		if err != nil {
-			return nil, fmt.Errorf("reading Freight %s/%s: %w", namespace, name, err)
+// warehouses reads the Warehouses the Stage requests Freight from: Kargo
+// reads them to resolve imageFrom, commitFrom and chartFrom called without
+// an origin. One that is gone is left out: only such a call needs it, and
+// the build then refuses it.
+func (s *Starter) warehouses(ctx context.Context, namespace string, src *Source, into map[string]*unstructured.Unstructured) error {
+	for _, o := range src.RequestedFreight {
+		if o.Kind != "Warehouse" {
+			continue
 		}
-		out = append(out, f)
+		w, err := s.Dynamic.Resource(kargo.WarehousesResource).Namespace(namespace).Get(ctx, o.Name, metav1.GetOptions{})
+		if apierrors.IsNotFound(err) {
+			continue
+		}
+		if err != nil {
+			return fmt.Errorf("reading Warehouse %s/%s: %w", namespace, o.Name, err)
+		}
+		into[o.Name] = w
 	}
-	return out, nil
+	return nil
 }
 
 // Get reads a run from the API server; found is false when it is gone.
@@ -161,32 +175,4 @@ func (s *Starter) Terminate(ctx context.Context, namespace, name string) error {
 func IsUnsupported(err error) (*Unsupported, bool) {
 	var u *Unsupported
 	return u, errors.As(err, &u)
-}
-
-func liveCollection(stage *unstructured.Unstructured) string {
-	history, _, _ := unstructured.NestedSlice(stage.Object, "status", "freightHistory")
-	if len(history) == 0 {
-		return ""
-	}
-	first, _ := history[0].(map[string]any)
-	id, _ := first["id"].(string)
-	return id
-}
-
-func liveFreightNames(stage *unstructured.Unstructured) []string {
-	history, _, _ := unstructured.NestedSlice(stage.Object, "status", "freightHistory")
-	if len(history) == 0 {
-		return nil
-	}
-	first, _ := history[0].(map[string]any)
-	items, _ := first["items"].(map[string]any)
-	var names []string
-	for _, it := range items {
-		ref, _ := it.(map[string]any)
-		if n, _ := ref["name"].(string); n != "" {
-			names = append(names, n)
-		}
-	}
-	slices.Sort(names)
-	return names
 }

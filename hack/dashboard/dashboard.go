@@ -33,7 +33,7 @@ func build() (Dashboard, error) {
 	//nolint:staticcheck // the classic model: see Dashboard
 	b := dashboard.NewDashboardBuilder("kargo-latch").
 		Uid(uid).
-		Description("Which Kargo Stages kargo-latch holds paused and why, their latch phases, and the operator's health.").
+		Description("Which Kargo Stages kargo-latch holds paused and why, their latch phases, the analyses verify-on-latch runs, and the operator's health.").
 		Tags([]string{"kargo", "kargo-latch"}).
 		Time("now-6h", "now").
 		Refresh("30s").
@@ -64,8 +64,8 @@ func build() (Dashboard, error) {
 }
 
 // layout is the dashboard from top to bottom, a row of panels at a time:
-// first what holds Stages now, then the Stages over time, then the
-// operator's own health.
+// first what holds Stages now, then the Stages over time, then
+// verify-on-latch's analyses, then the operator's own health.
 func layout() [][]cog.Builder[dashboard.Panel] {
 	return [][]cog.Builder[dashboard.Panel]{
 		{pausedCount(), troubledCount(), bypassCount(), cacheSynced()},
@@ -73,6 +73,8 @@ func layout() [][]cog.Builder[dashboard.Panel] {
 		{phaseTimeline()},
 		{pausesAndResumes(), failuresByReason()},
 		{timeToLatch(), freightVerified()},
+		{verificationRunsStarted(), verificationResults()},
+		{verificationProblems(), latchToVerification()},
 		{gateBypasses(), reconcileErrors(), workqueueDepth()},
 	}
 }

@@ -13,6 +13,7 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/util/retry"
 	"sigs.k8s.io/yaml"
 )
 
@@ -110,12 +111,17 @@ func InstallCRDs(ctx context.Context, client dynamic.Interface, dir string) erro
 			}
 			_, err := crds.Create(ctx, obj, metav1.CreateOptions{})
 			if apierrors.IsAlreadyExists(err) {
-				cur, getErr := crds.Get(ctx, obj.GetName(), metav1.GetOptions{})
-				if getErr != nil {
-					return getErr
-				}
-				obj.SetResourceVersion(cur.GetResourceVersion())
-				_, err = crds.Update(ctx, obj, metav1.UpdateOptions{})
+				// Another installer (a test beside this one) may write it
+				// meanwhile: update from a fresh read until one holds.
+				err = retry.RetryOnConflict(retry.DefaultRetry, func() error {
+					cur, err := crds.Get(ctx, obj.GetName(), metav1.GetOptions{})
+					if err != nil {
+						return err
+					}
+					obj.SetResourceVersion(cur.GetResourceVersion())
+					_, err = crds.Update(ctx, obj, metav1.UpdateOptions{})
+					return err
+				})
 			}
 			if err != nil {
 				return fmt.Errorf("installing CRD %s: %w", obj.GetName(), err)

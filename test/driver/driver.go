@@ -38,6 +38,9 @@ const FieldManager = "kargo-controller"
 type Kargo struct {
 	client dynamic.Interface
 	clock  func() time.Time
+	// rolloutsInstanceID is Kargo's ROLLOUTS_CONTROLLER_INSTANCE_ID
+	// (WithRolloutsControllerInstanceID).
+	rolloutsInstanceID string
 }
 
 // New returns a driver writing with client.
@@ -48,7 +51,7 @@ func New(client dynamic.Interface) *Kargo {
 // WithClock returns a driver like k whose Kargo writes times from clock:
 // a Kargo that acted in the past.
 func (k *Kargo) WithClock(clock func() time.Time) *Kargo {
-	return &Kargo{client: k.client, clock: clock}
+	return &Kargo{client: k.client, clock: clock, rolloutsInstanceID: k.rolloutsInstanceID}
 }
 
 // Stage is one Stage the driver plays Kargo for.

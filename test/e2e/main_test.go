@@ -61,6 +61,9 @@ type world struct {
 	// cluster holds an operator with the right to mark Freight verified and
 	// the default one without it.
 	marker *rest.Config
+	// verifier is the operator as installed with the opt-in verify-on-latch
+	// and mark-verified components (verifierServiceAccount).
+	verifier *rest.Config
 }
 
 // env is the cluster most tests share.
@@ -81,6 +84,7 @@ func run(m *testing.M) int {
 		return 1
 	}
 	defer w.cluster.Stop()
+	defer stopRollouts()
 	defer removeImageOperator()
 	fmt.Fprintln(os.Stderr, "e2e: using", w.cluster.CRDSource)
 	env = w
@@ -127,11 +131,19 @@ func newWorld(ctx context.Context, opts cluster.Options, wrap func(http.RoundTri
 	if err := installShipped(ctx, c); err != nil {
 		return nil, fmt.Errorf("installing the shipped manifests: %w", err)
 	}
+	// Argo Rollouts' CRDs, which an operator with verify-on-latch watches;
+	// the analysis controller starts with the first test that needs it.
+	if err := c.InstallRolloutsCRDs(ctx); err != nil {
+		return nil, err
+	}
 	if w.operator, err = c.ServiceAccountConfig(ctx, "kargo-latch", "kargo-latch"); err != nil {
 		return nil, fmt.Errorf("operator token: %w", err)
 	}
 	if w.marker, err = c.ServiceAccountConfig(ctx, "kargo-latch", markerServiceAccount); err != nil {
 		return nil, fmt.Errorf("marking operator token: %w", err)
+	}
+	if w.verifier, err = c.ServiceAccountConfig(ctx, "kargo-latch", verifierServiceAccount); err != nil {
+		return nil, fmt.Errorf("verifying operator token: %w", err)
 	}
 	return w, nil
 }
@@ -165,34 +177,47 @@ func installShipped(ctx context.Context, c *cluster.Cluster) error {
 		cluster.BindUser("e2e-kargo-api-promoter", "e2e-promoter", kargoAPIUser),
 		cluster.BindUser("e2e-kargo-api-projectconfigs", "e2e-projectconfig-editor", kargoAPIUser),
 	)
-	marker, err := markerIdentity(c)
+	marker, err := componentIdentity(c, markerServiceAccount, "marker", "mark-verified")
 	if err != nil {
 		return err
 	}
-	return cluster.Apply(ctx, c.Config, append(objs, marker...)...)
+	verifier, err := componentIdentity(c, verifierServiceAccount, "verifier", "mark-verified", "verify-on-latch")
+	if err != nil {
+		return err
+	}
+	objs = append(append(objs, marker...), verifier...)
+	return cluster.Apply(ctx, c.Config, objs...)
 }
 
 // markerServiceAccount is the operator's identity in an install with the
-// opt-in mark-verified component.
-const markerServiceAccount = "kargo-latch-marker"
+// opt-in mark-verified component, and verifierServiceAccount in one with the
+// verify-on-latch component too.
+const (
+	markerServiceAccount   = "kargo-latch-marker"
+	verifierServiceAccount = "kargo-latch-verifier"
+)
 
-// markerIdentity is a second operator identity: the shipped operator
-// ClusterRole plus the shipped mark-verified component, whose binding is
-// pointed at markerServiceAccount instead of kargo-latch/kargo-latch. The
-// default identity thus keeps the default install's rights, and tests of
-// both installs share one cluster.
-func markerIdentity(c *cluster.Cluster) ([]*unstructured.Unstructured, error) {
-	dir, err := os.MkdirTemp("", "kargo-latch-mark-verified-")
+// componentIdentity is another operator identity: the shipped operator
+// ClusterRole plus shipped opt-in components, whose bindings and admission
+// guards are pointed at the ServiceAccount sa instead of
+// kargo-latch/kargo-latch (their names suffixed). The default identity thus
+// keeps the default install's rights, and tests of several installs share
+// one cluster.
+func componentIdentity(c *cluster.Cluster, sa, suffix string, components ...string) ([]*unstructured.Unstructured, error) {
+	dir, err := os.MkdirTemp("", "kargo-latch-"+suffix+"-")
 	if err != nil {
 		return nil, err
 	}
 	defer func() { _ = os.RemoveAll(dir) }()
-	// kustomize takes a component only by a relative path.
-	component, err := filepath.Rel(dir, filepath.Join(c.Root, "manifests", "components", "mark-verified"))
-	if err != nil {
-		return nil, err
+	overlay := "apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\ncomponents:\n"
+	for _, name := range components {
+		// kustomize takes a component only by a relative path.
+		component, err := filepath.Rel(dir, filepath.Join(c.Root, "manifests", "components", name))
+		if err != nil {
+			return nil, err
+		}
+		overlay += "- " + component + "\n"
 	}
-	overlay := "apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\ncomponents:\n- " + component + "\n"
 	if err := os.WriteFile(filepath.Join(dir, "kustomization.yaml"), []byte(overlay), 0o600); err != nil {
 		return nil, err
 	}
@@ -200,49 +225,56 @@ func markerIdentity(c *cluster.Cluster) ([]*unstructured.Unstructured, error) {
 	if err != nil {
 		return nil, err
 	}
-	subject := []any{map[string]any{"kind": "ServiceAccount", "name": markerServiceAccount, "namespace": "kargo-latch"}}
-	bound, guarded := false, false
+	subject := []any{map[string]any{"kind": "ServiceAccount", "name": sa, "namespace": "kargo-latch"}}
+	bound, guarded := 0, 0
+	var kept []*unstructured.Unstructured
 	for _, o := range objs {
 		switch o.GetKind() {
 		case "ClusterRoleBinding":
 			shipped, _, _ := unstructured.NestedSlice(o.Object, "subjects")
 			if len(shipped) != 1 || fmt.Sprint(shipped[0]) != fmt.Sprint(map[string]any{"kind": "ServiceAccount", "name": "kargo-latch", "namespace": "kargo-latch"}) {
-				return nil, fmt.Errorf("the mark-verified component binds %v, want the ServiceAccount kargo-latch/kargo-latch", shipped)
+				return nil, fmt.Errorf("component binding %s binds %v, want the ServiceAccount kargo-latch/kargo-latch", o.GetName(), shipped)
 			}
-			o.SetName("e2e-" + o.GetName() + "-marker")
+			o.SetName("e2e-" + o.GetName() + "-" + suffix)
 			o.Object["subjects"] = subject
-			bound = true
+			bound++
 		case "ValidatingAdmissionPolicy":
-			// The guard knows the operator by its param, the ServiceAccount
+			// A guard knows the operator by its param, the ServiceAccount
 			// the binding names.
 			kind, _, _ := unstructured.NestedString(o.Object, "spec", "paramKind", "kind")
 			conds, _, _ := unstructured.NestedSlice(o.Object, "spec", "matchConditions")
 			if kind != "ServiceAccount" || len(conds) != 1 || !strings.Contains(fmt.Sprint(conds[0]), "params.metadata.name") {
-				return nil, fmt.Errorf("the mark-verified guard does not match the ServiceAccount it is bound to: %v %v", kind, conds)
+				return nil, fmt.Errorf("guard %s does not match the ServiceAccount it is bound to: %v %v", o.GetName(), kind, conds)
 			}
-			o.SetName("e2e-" + o.GetName() + "-marker")
-			guarded = true
+			o.SetName("e2e-" + o.GetName() + "-" + suffix)
+			guarded++
 		case "ValidatingAdmissionPolicyBinding":
 			ref, _, _ := unstructured.NestedStringMap(o.Object, "spec", "paramRef")
 			if ref["name"] != "kargo-latch" || ref["namespace"] != "kargo-latch" {
-				return nil, fmt.Errorf("the mark-verified guard is bound to %v, want the ServiceAccount kargo-latch/kargo-latch", ref)
+				return nil, fmt.Errorf("guard binding %s is bound to %v, want the ServiceAccount kargo-latch/kargo-latch", o.GetName(), ref)
 			}
-			o.SetName("e2e-" + o.GetName() + "-marker")
-			_ = unstructured.SetNestedField(o.Object, "e2e-kargo-latch-mark-verified-only-marker", "spec", "policyName")
-			_ = unstructured.SetNestedField(o.Object, markerServiceAccount, "spec", "paramRef", "name")
+			policy, _, _ := unstructured.NestedString(o.Object, "spec", "policyName")
+			o.SetName("e2e-" + o.GetName() + "-" + suffix)
+			_ = unstructured.SetNestedField(o.Object, "e2e-"+policy+"-"+suffix, "spec", "policyName")
+			_ = unstructured.SetNestedField(o.Object, sa, "spec", "paramRef", "name")
+		case "Deployment":
+			// A component's patch of the operator's Deployment: the tests run
+			// the operator themselves.
+			continue
 		}
+		kept = append(kept, o)
 	}
-	if !bound || !guarded {
-		return nil, fmt.Errorf("the mark-verified component binds no ClusterRole or guards nothing")
+	if bound < len(components) || guarded < len(components) {
+		return nil, fmt.Errorf("components %v bind %d ClusterRoles and guard %d times, want one each", components, bound, guarded)
 	}
-	return append(objs,
+	return append(kept,
 		&unstructured.Unstructured{Object: map[string]any{
 			"apiVersion": "v1", "kind": "ServiceAccount",
-			"metadata": map[string]any{"name": markerServiceAccount, "namespace": "kargo-latch"},
+			"metadata": map[string]any{"name": sa, "namespace": "kargo-latch"},
 		}},
 		&unstructured.Unstructured{Object: map[string]any{
 			"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
-			"metadata": map[string]any{"name": "e2e-kargo-latch-marker"},
+			"metadata": map[string]any{"name": "e2e-kargo-latch-" + suffix},
 			"roleRef":  map[string]any{"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "kargo-latch"},
 			"subjects": subject,
 		}},

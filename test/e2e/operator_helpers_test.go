@@ -41,6 +41,14 @@ func startOperatorAs(t *testing.T, identity *rest.Config, ns string, defaults la
 	return startOperatorWith(t, identity, ns, defaults, nil)
 }
 
+// startVerifier is startOperator as installed with the verify-on-latch
+// and mark-verified components (env.verifier), run with
+// --enable-verify-on-latch.
+func startVerifier(t *testing.T, ns string, defaults latch.Settings) *operator {
+	t.Helper()
+	return startOperatorWith(t, env.verifier, ns, defaults, nil, func(c *controller.Config) { c.VerifyOnLatch = true })
+}
+
 // refusing is a fault that refuses the requests refuse returns an error for,
 // before they reach the API server.
 func refusing(refuse func(*http.Request) error) func(http.RoundTripper) http.RoundTripper {
@@ -64,7 +72,7 @@ func stageClient(t *testing.T, cfg *rest.Config) rest.Interface {
 
 // startOperatorWith is startOperatorAs whose requests pass through fault, a
 // test's fault injection (nil for none).
-func startOperatorWith(t *testing.T, identity *rest.Config, ns string, defaults latch.Settings, fault func(http.RoundTripper) http.RoundTripper) *operator {
+func startOperatorWith(t *testing.T, identity *rest.Config, ns string, defaults latch.Settings, fault func(http.RoundTripper) http.RoundTripper, tweaks ...func(*controller.Config)) *operator {
 	t.Helper()
 	o := &operator{t: t, done: make(chan struct{}), reg: prometheus.NewRegistry()}
 	cfg := rest.CopyConfig(identity)
@@ -79,7 +87,7 @@ func startOperatorWith(t *testing.T, identity *rest.Config, ns string, defaults 
 			return rt.RoundTrip(r)
 		})
 	}
-	c, err := controller.New(controller.Config{
+	config := controller.Config{
 		Dynamic:            dynamic.NewForConfigOrDie(cfg),
 		StageClient:        stageClient(t, cfg),
 		Kube:               kubernetes.NewForConfigOrDie(cfg),
@@ -88,7 +96,11 @@ func startOperatorWith(t *testing.T, identity *rest.Config, ns string, defaults 
 		Metrics:            metrics.New(o.reg, "e2e"),
 		QueueMetrics:       metrics.NewWorkqueueProvider(o.reg),
 		StatusMissingAfter: time.Second,
-	})
+	}
+	for _, tweak := range tweaks {
+		tweak(&config)
+	}
+	c, err := controller.New(config)
 	must(t, err)
 	_, ctx := ktesting.NewTestContext(t)
 	ctx, o.cancel = context.WithCancel(ctx)

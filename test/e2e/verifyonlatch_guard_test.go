@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"os"
 	"path/filepath"
-	"slices"
 	"strings"
 	"testing"
 
@@ -16,7 +15,6 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/dynamic"
-	"sigs.k8s.io/yaml"
 
 	"github.com/kargo-latch/kargo-latch/test/cluster"
 )
@@ -33,7 +31,6 @@ var analysisRuns = schema.GroupVersionResource{Group: "argoproj.io", Version: "v
 // real apiserver with Argo Rollouts' AnalysisRun CRD.
 func TestVerifyOnLatchGuard(t *testing.T) {
 	t.Parallel()
-	ensureAnalysisRunCRD(t)
 	ns := env.newProject(t)
 	tag := randomTag()
 	prefix := "e2e-" + tag + "-"
@@ -158,6 +155,8 @@ func TestVerifyOnLatchGuard(t *testing.T) {
 		{Namespace: ns, Verb: "create", Group: "argoproj.io", Resource: "analysistemplates"}:                  false,
 		{Verb: "get", Group: "argoproj.io", Resource: "clusteranalysistemplates"}:                             true,
 		{Namespace: ns, Verb: "get", Group: "kargo.akuity.io", Resource: "freights"}:                          true,
+		{Namespace: ns, Verb: "get", Group: "kargo.akuity.io", Resource: "warehouses"}:                        true,
+		{Namespace: ns, Verb: "list", Group: "kargo.akuity.io", Resource: "warehouses"}:                       false,
 		{Namespace: ns, Verb: "patch", Group: "kargo.akuity.io", Resource: "freights", Subresource: "status"}: false,
 	} {
 		sar, err := env.kube.AuthorizationV1().SubjectAccessReviews().Create(ctx, &authorizationv1.SubjectAccessReview{
@@ -192,61 +191,4 @@ func analysisRun(name string, labels map[string]string) *unstructured.Unstructur
 			}},
 		},
 	}}
-}
-
-// ensureAnalysisRunCRD installs Argo Rollouts' AnalysisRun CRD from
-// bin/rollouts-crds (`make rollouts` copies it from the module) unless the
-// cluster has it, and waits until it is served.
-func ensureAnalysisRunCRD(t *testing.T) {
-	t.Helper()
-	crds := schema.GroupVersionResource{Group: "apiextensions.k8s.io", Version: "v1", Resource: "customresourcedefinitions"}
-	b, err := os.ReadFile(filepath.Join(env.cluster.Root, "bin", "rollouts-crds", "analysis-run-crd.yaml"))
-	if err != nil {
-		t.Fatalf("Argo Rollouts' AnalysisRun CRD: %v (run `make rollouts`)", err)
-	}
-	crd := &unstructured.Unstructured{}
-	must(t, yaml.Unmarshal(b, &crd.Object))
-	if _, err := env.dyn.Resource(crds).Create(ctx, crd, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
-		t.Fatal(err)
-	}
-	waitLong(t, "the AnalysisRun CRD to be served", 2*waitLimit, func() bool {
-		_, err := env.dyn.Resource(analysisRuns).List(ctx, metav1.ListOptions{Limit: 1})
-		return err == nil
-	})
-}
-
-// TestChartVerifyOnLatch: verifyOnLatch.installRights runs every operator
-// (each shard's too) with --enable-verify-on-latch, and the settings of
-// verify-on-latch reach the flags; verify-on-latch for every Stage without
-// the rights is refused, as the operator would warn on every Stage.
-func TestChartVerifyOnLatch(t *testing.T) {
-	t.Parallel()
-	objs := renderChart(t, "kargo-latch", "kargo-latch", setFlags([]string{
-		"verifyOnLatch.installRights=true", "controller.shards={eu}",
-		"controller.stageDefaults.verifyOnLatch=true", "controller.verifyGrace=30s",
-		"controller.verifyPickupTimeout=5m", "controller.rolloutsControllerInstanceID=kargo",
-	})...)
-	deployments := 0
-	for _, o := range objs {
-		if o.GetKind() != "Deployment" {
-			continue
-		}
-		deployments++
-		containers, _, _ := unstructured.NestedSlice(o.Object, "spec", "template", "spec", "containers")
-		args, _, _ := unstructured.NestedStringSlice(containers[0].(map[string]any), "args")
-		for _, want := range []string{"--enable-verify-on-latch", "--verify-on-latch=true", "--verify-grace=30s",
-			"--verify-pickup-timeout=5m", "--rollouts-controller-instance-id=kargo"} {
-			if !slices.Contains(args, want) {
-				t.Errorf("Deployment %s runs %v, without %s", o.GetName(), args, want)
-			}
-		}
-	}
-	if deployments != 2 {
-		t.Errorf("rendered %d Deployments, want the main one and eu's", deployments)
-	}
-	out, err := helmCommand(t.TempDir(), "template", "kargo-latch", filepath.Join(env.cluster.Root, chartPath),
-		"--namespace", "kargo-latch", "--set", "controller.stageDefaults.verifyOnLatch=true").CombinedOutput()
-	if want := "controller.stageDefaults.verifyOnLatch needs verifyOnLatch.installRights"; err == nil || !strings.Contains(string(out), want) {
-		t.Errorf("helm template with verify-on-latch on for every Stage and no rights: %v %s; want the error %q", err, out, want)
-	}
 }
