@@ -38,6 +38,24 @@ func TestChartVerifyOnLatch(t *testing.T) {
 	if deployments != 2 {
 		t.Errorf("rendered %d Deployments, want the main one and eu's", deployments)
 	}
+	// `helm upgrade --reuse-values` from a chart without these values
+	// renders with none of them (Helm keeps the old chart's defaults): the
+	// operator's own defaults must apply, not a flag reading <nil>.
+	for _, o := range renderChart(t, "kargo-latch", "kargo-latch", setFlags([]string{
+		"verifyOnLatch=null", "controller.stageDefaults.verifyOnLatch=null", "controller.verifyGrace=null",
+		"controller.verifyPickupTimeout=null", "controller.rolloutsControllerInstanceID=null",
+	})...) {
+		if o.GetKind() != "Deployment" {
+			continue
+		}
+		containers, _, _ := unstructured.NestedSlice(o.Object, "spec", "template", "spec", "containers")
+		args, _, _ := unstructured.NestedStringSlice(containers[0].(map[string]any), "args")
+		for _, a := range args {
+			if strings.Contains(a, "verify") || strings.Contains(a, "rollouts") {
+				t.Errorf("without the verify-on-latch values, Deployment %s runs %s", o.GetName(), a)
+			}
+		}
+	}
 	out, err := helmCommand(t.TempDir(), "template", "kargo-latch", filepath.Join(env.cluster.Root, chartPath),
 		"--namespace", "kargo-latch", "--set", "controller.stageDefaults.verifyOnLatch=true").CombinedOutput()
 	if want := "controller.stageDefaults.verifyOnLatch needs verifyOnLatch.installRights"; err == nil || !strings.Contains(string(out), want) {
