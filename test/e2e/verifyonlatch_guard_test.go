@@ -155,6 +155,8 @@ func TestVerifyOnLatchGuard(t *testing.T) {
 		{Namespace: ns, Verb: "create", Group: "argoproj.io", Resource: "analysistemplates"}:                  false,
 		{Verb: "get", Group: "argoproj.io", Resource: "clusteranalysistemplates"}:                             true,
 		{Namespace: ns, Verb: "get", Group: "kargo.akuity.io", Resource: "freights"}:                          true,
+		{Namespace: ns, Verb: "get", Group: "kargo.akuity.io", Resource: "warehouses"}:                        true,
+		{Namespace: ns, Verb: "list", Group: "kargo.akuity.io", Resource: "warehouses"}:                       false,
 		{Namespace: ns, Verb: "patch", Group: "kargo.akuity.io", Resource: "freights", Subresource: "status"}: false,
 	} {
 		sar, err := env.kube.AuthorizationV1().SubjectAccessReviews().Create(ctx, &authorizationv1.SubjectAccessReview{

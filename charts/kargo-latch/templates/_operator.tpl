@@ -24,10 +24,13 @@ operator's -help (this column = the operator).
 {{- fail (printf "%s.replicas above 1 needs controller.leaderElection.enabled: replicas without a leader would all reconcile" .what) }}
 {{- end }}
 {{- $flags := list }}
-{{- /* verify-on-latch's rights are installed (verify-on-latch.yaml): let Stages opt in. */ -}}
-{{- if $root.Values.verifyOnLatch.installRights }}
+{{- /* verify-on-latch's rights are installed (verify-on-latch.yaml): let Stages opt in.
+The verify-on-latch values are read with dig: after a `helm upgrade
+--reuse-values` from a chart that lacked them, they are missing, and the
+operator's defaults apply. */ -}}
+{{- if dig "installRights" false ($root.Values.verifyOnLatch | default dict) }}
 {{- $flags = append $flags "--enable-verify-on-latch" }}
-{{- else if $c.stageDefaults.verifyOnLatch }}
+{{- else if dig "verifyOnLatch" false $c.stageDefaults }}
 {{- fail (printf "%s.stageDefaults.verifyOnLatch needs verifyOnLatch.installRights: without its rights and --enable-verify-on-latch, the operator starts no verification and warns on every Stage that asks for one" .what) }}
 {{- end }}
 {{- range $setting := list
@@ -41,10 +44,10 @@ operator's -help (this column = the operator).
       (list "degraded-grace" $c.stageDefaults.degradedGrace "5m")
       (list "drain-on-pause" $c.stageDefaults.drainOnPause true)
       (list "mark-verified" $c.stageDefaults.markVerified false)
-      (list "verify-on-latch" $c.stageDefaults.verifyOnLatch false)
-      (list "verify-grace" $c.verifyGrace "10s")
-      (list "verify-pickup-timeout" $c.verifyPickupTimeout "2m")
-      (list "rollouts-controller-instance-id" $c.rolloutsControllerInstanceID "") }}
+      (list "verify-on-latch" (dig "verifyOnLatch" false $c.stageDefaults) false)
+      (list "verify-grace" (dig "verifyGrace" "10s" $c) "10s")
+      (list "verify-pickup-timeout" (dig "verifyPickupTimeout" "2m" $c) "2m")
+      (list "rollouts-controller-instance-id" (dig "rolloutsControllerInstanceID" "" $c) "") }}
 {{- if ne (toString (index $setting 1)) (toString (index $setting 2)) }}
 {{- $flags = append $flags (printf "--%s=%v" (index $setting 0) (index $setting 1)) }}
 {{- end }}
