@@ -168,7 +168,7 @@ func New(cfg Config) (*Controller, error) {
 		pauseInformers: map[string]cache.SharedIndexInformer{},
 	}
 	c.marker = markverified.New(cfg.Dynamic, c.report, cfg.Metrics, c.livePauses)
-	c.failures = &pausing.Failures{Dynamic: cfg.Dynamic, Report: c.report}
+	c.failures = &pausing.Failures{Dynamic: cfg.Dynamic, Report: c.report, NameTaken: cfg.Metrics.PauseNameTaken}
 	c.drainer = &pausing.Drainer{
 		Dynamic: cfg.Dynamic, Report: c.report, Clock: cfg.Clock, DryRun: cfg.DryRun,
 		Selectors: c.selectors, ListPage: c.promotionPage, Cached: c.cachedPromotions,

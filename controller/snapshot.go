@@ -65,7 +65,11 @@ func (c *Controller) read(ctx context.Context, key cache.ObjectName) (*snapshot,
 	if stage == nil || err != nil {
 		return nil, err
 	}
-	return c.snapshotOf(key, stage, value, m, c.coveringPauses(key.Namespace, key.Name), c.heldPauses(stage), nil), nil
+	s := c.snapshotOf(key, stage, value, m, c.coveringPauses(key.Namespace, key.Name), c.heldPauses(stage), nil)
+	if err := c.readRecordedPauses(ctx, s); err != nil {
+		return nil, err
+	}
+	return s, nil
 }
 
 // refresh takes the snapshot again from the Stage as it is on the API
