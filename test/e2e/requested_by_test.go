@@ -114,10 +114,9 @@ func markOf(o *unstructured.Unstructured) (string, bool) {
 
 // TestRequestedByMarksEveryPromotionUnderAPause: with the requester mark,
 // every Promotion and PromotionRequest created while a pause covers its
-// Stage carries its requester's username, whatever its shape: an
-// auto-promotion that passed the gate (the shard's: the shipped setting
-// lacks it), a person's as kubectl sends it (no create-actor yet: the mark
-// runs before Kargo's webhook adds one) and as Kargo's webhook leaves it;
+// Stage carries its requester's username, whatever its shape: a
+// controller's Promotion that passed the gate (the shard's, stamped as a
+// person's), a person's as Kargo's webhook leaves it;
 // a value the caller gave is overwritten. Nothing is written for a Stage
 // no pause covers.
 func TestRequestedByMarksEveryPromotionUnderAPause(t *testing.T) {
@@ -154,7 +153,7 @@ func TestRequestedByMarksEveryPromotionUnderAPause(t *testing.T) {
 	p, err = driver.CreatePromotion(ctx, env.dev, ns, "prod", "kubernetes:dev")
 	check("a person's Promotion to the paused Stage as Kargo's webhook leaves it", p, err, "dev")
 	p, err = env.dev.Resource(kargo.PromotionsResource).Namespace(ns).Create(ctx,
-		personPromotion(ns, "prod", map[string]any{api.RequestedByAnnotation: kargoShardUser}), metav1.CreateOptions{})
+		personPromotion(ns, "prod", map[string]any{api.RequestedByAnnotation: kargoShardUser, kargo.CreateActorAnnotation: "kubernetes:dev"}), metav1.CreateOptions{})
 	check("a person's Promotion to the paused Stage that names another requester", p, err, "dev")
 
 	p, err = driver.CreatePromotion(ctx, env.kargoShard, ns, "dev", "")
