@@ -22,12 +22,13 @@ const promotionsCachedMetric = "kargo_latch_promotions_cached"
 
 // finishedPromotions makes n Promotions to stage with client, each run by
 // Kargo to Succeeded, a few at a time.
-func finishedPromotions(t *testing.T, client dynamic.Interface, ns, stage string, n int) []string {
+func finishedPromotions(t *testing.T, client dynamic.Interface, ns, stage string, n int) {
 	t.Helper()
-	return finishedPromotionsBy(t, client, ns, stage, "", n)
+	finishedPromotionsBy(t, client, ns, stage, "", n)
 }
 
-// finishedPromotionsBy is finishedPromotions with a create-actor.
+// finishedPromotionsBy is finishedPromotions with a create-actor, and
+// returns their names.
 func finishedPromotionsBy(t *testing.T, client dynamic.Interface, ns, stage, actor string, n int) []string {
 	t.Helper()
 	names := make([]string, n)
