@@ -81,6 +81,11 @@ const ReasonGateBypassed = "GateBypassed"
 // is not installed, a value could be anyone's.
 const RequestedByAnnotation = "kargo-latch.io/requested-by"
 
+// ReasonPauseNameTaken is the Warning on a Stage when the name derived for
+// its failure's StagePause was held by an object that is not that pause
+// (another Stage's, a person's): the pause is made under another name.
+const ReasonPauseNameTaken = "PauseNameTaken"
+
 // ReasonPauseStatusContested is the Warning on a StagePause whose status
 // another writer keeps undoing this operator's count in.
 const ReasonPauseStatusContested = "PauseStatusContested"

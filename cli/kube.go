@@ -59,6 +59,9 @@ func (k *kubeFlags) client() (dynamic.Interface, string, error) {
 		return nil, "", fmt.Errorf("loading the kubeconfig: %w", err)
 	}
 	cfg.UserAgent = k.userAgent
+	if cfg.Timeout == 0 { // no --request-timeout: bound the wait for an answer
+		cfg.Wrap(boundResponses(responseTimeout))
+	}
 	ns, _, err := loader.Namespace()
 	if err != nil {
 		return nil, "", err

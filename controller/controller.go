@@ -63,6 +63,10 @@ type Config struct {
 	Workers int
 	// DryRun decides and reports but writes nothing to Kargo objects.
 	DryRun bool
+	// KargoController reports whether a username is one of Kargo's
+	// controllers (gate-bypass detection; see gatebypass.Config). Nil:
+	// none is.
+	KargoController func(username string) bool
 	// Metrics records kargo-latch's metrics (required).
 	Metrics *metrics.Recorder
 	// QueueMetrics gives the workqueue its metrics; nil for none.
@@ -186,7 +190,7 @@ func New(cfg Config) (*Controller, error) {
 		c.runInformers = map[string]cache.SharedIndexInformer{}
 	}
 	c.marker = markverified.New(cfg.Dynamic, c.report, cfg.Metrics, c.livePauses)
-	c.failures = &pausing.Failures{Dynamic: cfg.Dynamic, Report: c.report}
+	c.failures = &pausing.Failures{Dynamic: cfg.Dynamic, Report: c.report, NameTaken: cfg.Metrics.PauseNameTaken}
 	c.drainer = &pausing.Drainer{
 		Dynamic: cfg.Dynamic, Report: c.report, Clock: cfg.Clock, DryRun: cfg.DryRun,
 		Selectors: c.selectors, ListPage: c.promotionPage, Cached: c.cachedPromotions,
@@ -199,7 +203,7 @@ func New(cfg Config) (*Controller, error) {
 	}
 	c.gateBypass = gatebypass.New(gatebypass.Config{
 		Pauses: c.pausesIn, PausesSynced: c.pausesSynced, CachesSynced: c.foregroundSynced, Stage: c.stageByKey,
-		Reporter: c.report, Metrics: cfg.Metrics, Clock: cfg.Clock, DryRun: cfg.DryRun,
+		Reporter: c.report, Metrics: cfg.Metrics, Clock: cfg.Clock, DryRun: cfg.DryRun, KargoController: cfg.KargoController,
 	})
 	c.promotions = c.newPromotionCache()
 	namespaces := cfg.Namespaces

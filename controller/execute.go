@@ -173,10 +173,11 @@ func (c *Controller) makeFailurePauses(ctx context.Context, s *snapshot, p plan)
 			return s, p, nil
 		}
 	}
-	pauses, held, err := c.failures.Create(ctx, s.stage, p.createPauses, s.pauses, s.held)
+	pauses, held, madeAs, err := c.failures.Create(ctx, s.stage, p.createPauses, s.pauses, s.held)
 	if err != nil {
 		return nil, p, err
 	}
 	s = s.withPauses(pauses, held, c.cachedPromotions)
+	s.obs.PausesMadeAs = madeAs
 	return s, judge(s), nil
 }

@@ -5,10 +5,12 @@ import (
 	"fmt"
 	"slices"
 
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/tools/cache"
+	"k8s.io/klog/v2"
 
 	"github.com/kargo-latch/kargo-latch/api/v1alpha1"
 	"github.com/kargo-latch/kargo-latch/controller/pausing"
@@ -122,6 +124,52 @@ func (c *Controller) livePauses(ctx context.Context, ns, stage string) ([]*v1alp
 		}
 	}
 	return pausing.InForce(all, stage), nil
+}
+
+// readRecordedPauses reads live the pauses that the Stage's record names
+// and that the cache lacks, before anything is judged of them. The Stage
+// and StagePause watches are two streams with no order between them: the
+// operator's own new pause may reach the cache after the Stage's update
+// that names it, and judged from the cache alone the Stage would be
+// resumed (label removed, StageResumed, a Kargo refresh) and paused again
+// a moment later. Only a Stage whose record names such a pause pays for
+// the read: one GET per missing name, which a real resume (the pause
+// deleted) also costs.
+func (c *Controller) readRecordedPauses(ctx context.Context, s *snapshot) error {
+	if s.leftAlone {
+		return nil
+	}
+	pauses, held := s.pauses, s.held
+	client := c.cfg.Dynamic.Resource(v1alpha1.StagePausesResource).Namespace(s.key.Namespace)
+	for _, name := range s.prior.Pauses {
+		if pausing.PauseNamed(s.pauses, name) != nil || pausing.PauseNamed(s.held, name) != nil {
+			continue
+		}
+		u, err := client.Get(ctx, name, metav1.GetOptions{})
+		if apierrors.IsNotFound(err) {
+			continue
+		}
+		if err != nil {
+			return fmt.Errorf("reading StagePause %s, which the record names and the cache lacks: %w", name, err)
+		}
+		obj, _ := transformPause(u)
+		p, ok := obj.(*v1alpha1.StagePause)
+		switch {
+		case !ok || !p.Covers(s.key.Name):
+		case p.DeletionTimestamp == nil:
+			pauses = append(slices.Clip(pauses), p)
+		case p.HeldForResume() && pausing.OwnedBy(p, s.stage):
+			held = append(slices.Clip(held), p)
+		}
+	}
+	if len(pauses) == len(s.pauses) && len(held) == len(s.held) {
+		return nil
+	}
+	klog.FromContext(ctx).V(2).Info("Read live the pauses the record names and the cache lacks", "pauses", len(pauses)-len(s.pauses), "held", len(held)-len(s.held))
+	pausing.SortPauses(pauses)
+	pausing.SortPauses(held)
+	s.setPauses(pauses, held, c.cachedPromotions)
+	return nil
 }
 
 // updatePause enqueues the pause's Stages only when what covers them changed:

@@ -66,6 +66,9 @@ func (c *Controller) read(ctx context.Context, key cache.ObjectName) (*snapshot,
 		return nil, err
 	}
 	s := c.snapshotOf(key, stage, value, m, c.coveringPauses(key.Namespace, key.Name), c.heldPauses(stage), nil)
+	if err := c.readRecordedPauses(ctx, s); err != nil {
+		return nil, err
+	}
 	if err := c.observeRuns(ctx, s); err != nil {
 		return nil, err
 	}

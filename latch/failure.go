@@ -20,6 +20,9 @@ func (m *machine) fail(reason FailureReason, msg string) {
 	m.act(Action{Kind: ActionFailed, Reason: reason, Message: msg})
 	if m.settings.PauseOnFailure && m.obs.Stage != "" {
 		name := m.pauseName(reason)
+		if made, ok := m.obs.PausesMadeAs[name]; ok {
+			name = made
+		}
 		m.rec.Failure.Pause = name
 		m.act(Action{Kind: ActionCreatePause, Reason: reason, Message: msg, Pause: name})
 	}

@@ -93,6 +93,10 @@ type Observation struct {
 	// NewFailureWindow): a Stage that may have been made and failed while no
 	// replica led.
 	CreatedWithoutRecord *time.Time
+	// PausesMadeAs maps a failure pause's derived name, when another object
+	// held that name, to the name its pause was made under instead: the
+	// record then names the pause that exists (see pausing.Failures).
+	PausesMadeAs map[string]string
 	// Deleted names the pauses the operator made for this Stage's failures
 	// that someone has deleted and that the operator holds until the record
 	// shows the resume: they cover nothing, and are never made again.

@@ -24,6 +24,7 @@ type Recorder struct {
 	FreightVerified    *prometheus.CounterVec
 	MarkVerifiedErrors *prometheus.CounterVec
 	GateBypassed       *prometheus.CounterVec
+	PauseNameTaken     *prometheus.CounterVec
 	ReconcileErrors    prometheus.Counter
 	WriteConflicts     prometheus.Counter
 	CacheSynced        prometheus.Gauge
@@ -100,6 +101,10 @@ func New(reg prometheus.Registerer, version string) *Recorder {
 			Namespace: Namespace, Name: "gate_bypassed_total",
 			Help: "Auto-promotions created while a StagePause covered their Stage: the pause gate did not stop them (counted once per Promotion, by the replica that made its GateBypassed Event).",
 		}, stageLabels),
+		PauseNameTaken: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: Namespace, Name: "pause_name_taken_total",
+			Help: "Objects found at the name derived for a failure's StagePause that were not that pause (counted once per object): the pause was made under another name.",
+		}, stageLabels),
 		ReconcileErrors: prometheus.NewCounter(prometheus.CounterOpts{
 			Namespace: Namespace, Name: "reconcile_errors_total",
 			Help: "Syncs that failed and were retried or dropped; write conflicts are not counted here.",
@@ -159,7 +164,7 @@ func New(reg prometheus.Registerer, version string) *Recorder {
 		return 0
 	})
 	reg.MustRegister(r.stages, promotionsCached, r.PausesTotal, r.ResumesTotal, r.FailuresTotal, r.ProgressingIgnored, r.InvalidConfig, r.InvalidInput,
-		r.FreightVerified, r.MarkVerifiedErrors, r.GateBypassed, r.ReconcileErrors, r.WriteConflicts, r.CacheSynced, r.ReconcileDuration, r.TimeToLatch, r.BuildInfo)
+		r.FreightVerified, r.MarkVerifiedErrors, r.GateBypassed, r.PauseNameTaken, r.ReconcileErrors, r.WriteConflicts, r.CacheSynced, r.ReconcileDuration, r.TimeToLatch, r.BuildInfo)
 	reg.MustRegister(r.PauseStatusContested, r.VerificationRunsStarted, r.VerificationResults, r.VerificationProblems, r.LatchToVerification)
 	r.BuildInfo.WithLabelValues(version, runtime.Version()).Set(1)
 	return r
@@ -178,7 +183,7 @@ func (r *Recorder) ForgetStage(project, stage string) {
 	l := prometheus.Labels{LabelProject: project, LabelStage: stage}
 	for _, v := range []interface{ DeletePartialMatch(prometheus.Labels) int }{
 		r.PausesTotal, r.ResumesTotal, r.FailuresTotal, r.ProgressingIgnored, r.InvalidConfig, r.InvalidInput,
-		r.FreightVerified, r.MarkVerifiedErrors, r.GateBypassed,
+		r.FreightVerified, r.MarkVerifiedErrors, r.GateBypassed, r.PauseNameTaken,
 		r.VerificationRunsStarted, r.VerificationResults, r.VerificationProblems,
 	} {
 		v.DeletePartialMatch(l)

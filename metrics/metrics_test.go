@@ -33,6 +33,8 @@ var contract = map[string]string{
 	"kargo_latch_invalid_input_total": "COUNTER input,project,stage",
 	// Issue 11: the pause gate failed open (controller/gatebypass).
 	"kargo_latch_gate_bypassed_total": "COUNTER project,stage",
+	// Issue 24: an object held the name derived for a failure's pause.
+	"kargo_latch_pause_name_taken_total": "COUNTER project,stage",
 	// Issue 13: the bound on the Promotion cache (controller/promotioncache).
 	"kargo_latch_promotions_cached": "GAUGE ",
 	// StagePause status writes held back against a writer that keeps
@@ -57,6 +59,7 @@ func TestMetricsMatchTheContract(t *testing.T) {
 	r.InvalidConfig.WithLabelValues("p", "s").Inc()
 	r.InvalidInput.WithLabelValues("p", "s", "state").Inc()
 	r.GateBypassed.WithLabelValues("p", "s").Inc()
+	r.PauseNameTaken.WithLabelValues("p", "s").Inc()
 	r.PauseStatusContested.WithLabelValues("p").Inc()
 	r.VerificationRunsStarted.WithLabelValues("p", "s").Inc()
 	r.VerificationResults.WithLabelValues("p", "s", "Successful").Inc()

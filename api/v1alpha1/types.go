@@ -61,6 +61,13 @@ func StageLabelValue(stage string) string {
 // there, being deleted, instead of making it again. A resume is never undone.
 const ResumeFinalizer = "kargo-latch.io/resume"
 
+// DerivedNameAnnotation is on every StagePause the operator makes for a
+// failure, with the name derived from that failure. It is the pause's own
+// name unless another object held that name when the pause was made (see
+// PauseNameTaken in docs/pausing.md): a failure judged again then finds its
+// pause by this annotation, and never makes a second one.
+const DerivedNameAnnotation = "kargo-latch.io/derived-name"
+
 // HeldForResume reports whether p is an operator-made pause that someone
 // deleted and that the operator still holds until the resume is recorded.
 func (p *StagePause) HeldForResume() bool {

@@ -45,6 +45,11 @@ type options struct {
 	// controllers pick theirs (controller.Config).
 	shard        string
 	defaultShard bool
+	// kargoControllerUsernames and kargoControllerRegex name Kargo's
+	// controllers (kargoControllers).
+	kargoControllerUsernames string
+	kargoControllerRegex     string
+	kargoControllers         *kargoControllers
 
 	metricsAddr      string
 	profiling        bool
@@ -118,8 +123,14 @@ func parseFlags(args []string) (*options, error) {
 	fs.StringVar(&o.leaderID, "leader-election-id", "kargo-latch", "Name of the Lease; kargo-latch-SHARD with --shard SHARD unless given.")
 	fs.StringVar(&o.shard, "shard", "", "Serve only the Stages (and their Promotions) labelled kargo.akuity.io/shard=SHARD, as the Kargo controller of that shard does. Run exactly one operator (one Deployment, its replicas sharing one Lease) per shard.")
 	fs.BoolVar(&o.defaultShard, "default-shard", false, "Serve the Stages without a kargo.akuity.io/shard label, as Kargo's default controller does; with --shard, those of that shard too. Exactly one operator should. Without --shard and --default-shard: every Stage.")
+	fs.StringVar(&o.kargoControllerUsernames, "kargo-controllers", defaultKargoController, "Usernames of Kargo's controllers, comma-separated, as the pause gate's setting names them (Helm pauseGate.kargoControllers and kargoControllerServiceAccount; kustomize kargo-latch-kargo-controllers): a Promotion one of them creates with a kubernetes: create-actor is reported GateBypassed.")
+	fs.StringVar(&o.kargoControllerRegex, "kargo-controller-regex", "", "A regular expression (matched whole) for more usernames of Kargo's controllers, as the pause gate's setting (Helm pauseGate.kargoControllerRegex).")
 	klog.InitFlags(fs)
 	if err := fs.Parse(args); err != nil {
+		return nil, err
+	}
+	var err error
+	if o.kargoControllers, err = parseKargoControllers(o.kargoControllerUsernames, o.kargoControllerRegex); err != nil {
 		return nil, err
 	}
 	if fs.NArg() > 0 {
@@ -178,6 +189,7 @@ func run(ctx context.Context, o *options) error {
 		Metrics:          metrics.New(reg, version),
 		QueueMetrics:     metrics.NewWorkqueueProvider(reg),
 		CacheSyncTimeout: o.cacheSyncTimeout,
+		KargoController:  o.kargoControllers.is,
 
 		VerifyOnLatch:      o.verifyOnLatch,
 		RolloutsInstanceID: o.rolloutsInstanceID,

@@ -85,6 +85,12 @@ type Config struct {
 	CachesSynced func() bool
 	// Stage reads a Stage from the caches, for the UID its Event refers to.
 	Stage func(cache.ObjectName) (*kargo.Stage, bool, error)
+	// KargoController reports whether a username is one of Kargo's
+	// controllers (the operator's --kargo-controllers and
+	// --kargo-controller-regex): a Promotion it created with a kubernetes:
+	// create-actor is an auto-promotion that Kargo's webhook took for a
+	// person's. Nil: none is.
+	KargoController func(username string) bool
 	// Reporter writes the once-only Events.
 	Reporter *report.Reporter
 	// Metrics counts the bypasses reported.
@@ -151,7 +157,7 @@ func (d *Detector) stopped() bool {
 // caches and dismissed; a bypass, or a Promotion seen before the pause
 // caches synced, goes to a goroutine that reports it.
 func (d *Detector) Observe(p *kargo.Promotion) {
-	if d.cfg.DryRun || !candidate(p, d.cfg.Clock.Now()) {
+	if d.cfg.DryRun || !candidate(p, d.cfg.Clock.Now(), d.cfg.KargoController) {
 		return
 	}
 	d.mu.Lock()
@@ -236,7 +242,7 @@ func (d *Detector) judge(logger klog.Logger, p *kargo.Promotion) error {
 		// Real time, not the Clock: a fake clock must not move by this wait.
 		time.Sleep(50 * time.Millisecond)
 	}
-	if !candidate(p, d.cfg.Clock.Now()) {
+	if !candidate(p, d.cfg.Clock.Now(), d.cfg.KargoController) {
 		return nil
 	}
 	pauses := d.covering(p)

@@ -26,10 +26,25 @@ import (
 // that moment is no misconfigured gate, and must not page anyone.
 const Margin = 5 * time.Second
 
-// candidate: an auto-promotion for a Stage, young enough to judge.
-func candidate(p *kargo.Promotion, now time.Time) bool {
-	return p.Stage != "" && p.AutoPromotion() && !p.CreationTimestamp.IsZero() &&
-		now.Sub(p.CreationTimestamp.Time) <= Horizon
+// candidate: an auto-promotion for a Stage, young enough to judge. An
+// auto-promotion has the shape the gate refuses (no create-actor, or a
+// controller: one), or was created by one of Kargo's controllers that
+// Kargo's webhook took for a person (kubernetes:<user>, with a user that
+// isController names): the gate lets that pass as a person's.
+func candidate(p *kargo.Promotion, now time.Time, isController func(string) bool) bool {
+	if p.Stage == "" || p.CreationTimestamp.IsZero() || now.Sub(p.CreationTimestamp.Time) > Horizon {
+		return false
+	}
+	_, stampedController := controllerStamped(p, isController)
+	return p.AutoPromotion() || stampedController
+}
+
+// controllerStamped returns the user of a Promotion whose create-actor is
+// kubernetes:<user> for a user that isController names as one of Kargo's
+// controllers.
+func controllerStamped(p *kargo.Promotion, isController func(string) bool) (string, bool) {
+	user, ok := strings.CutPrefix(p.Annotations[kargo.CreateActorAnnotation], "kubernetes:")
+	return user, ok && isController != nil && isController(user)
 }
 
 // coveringAt keeps, of the StagePauses of p's project, those that covered
@@ -57,7 +72,7 @@ func (d *Detector) report(ctx context.Context, p *kargo.Promotion, pauses []*v1a
 		APIVersion: kargo.GroupVersion.String(), Kind: "Promotion",
 		Namespace: p.Namespace, Name: p.Name, UID: p.UID,
 	}
-	created, err := d.cfg.Reporter.OnceAbout(ctx, stage, related, eventName(p), corev1.EventTypeWarning, api.ReasonGateBypassed, message(p, pauses))
+	created, err := d.cfg.Reporter.OnceAbout(ctx, stage, related, eventName(p), corev1.EventTypeWarning, api.ReasonGateBypassed, message(p, pauses, d.cfg.KargoController))
 	if err != nil {
 		return false, fmt.Errorf("judging Promotion %s: %w", p.Name, err)
 	}
@@ -65,14 +80,16 @@ func (d *Detector) report(ctx context.Context, p *kargo.Promotion, pauses []*v1a
 }
 
 // message says which Promotion passed the gate under which pauses, who
-// created it (the username the API server stamped, when it did; else how to
-// have it stamped), which setting to widen, and what else to check. The
-// operator does not know the gate's setting, nor the names the policies were
-// installed under (a Helm release or a kustomize namePrefix renames them),
-// so the advice covers both cases and names the default install's policy as
-// that. Names are shortened so that the advice always fits in an Event's
-// message (the Event's related object names the Promotion in full).
-func message(p *kargo.Promotion, pauses []*v1alpha1.StagePause) string {
+// created it, and what to widen or check. An actor-less Promotion (or a
+// controller: one) is refused by the gate whoever makes it, so its bypass
+// means the gate is not in force: the message says to check it, and names
+// the username that created it (the API server's stamp, when it did; else
+// how to have it stamped). A Promotion that one of Kargo's controllers
+// created with a kubernetes: actor was taken for a person's by Kargo's
+// webhook: the message names that user and Kargo's setting to widen.
+// Names are shortened so that the advice always fits in an Event's message
+// (the Event's related object names the Promotion in full).
+func message(p *kargo.Promotion, pauses []*v1alpha1.StagePause, isController func(string) bool) string {
 	const shown = 3 // a project-wide pause and a Stage's own, and then some
 	var names []string
 	for _, sp := range pauses[:min(len(pauses), shown)] {
@@ -81,19 +98,26 @@ func message(p *kargo.Promotion, pauses []*v1alpha1.StagePause) string {
 	if len(pauses) > shown {
 		names = append(names, fmt.Sprintf("and %d more", len(pauses)-shown))
 	}
-	who, advice := "an unknown user (no "+api.RequestedByAnnotation+": turn on the requester mark, "+
-		"Helm pauseGate.requestedBy.enabled or kustomize components/requested-by, Kubernetes 1.36+)",
-		"if one of Kargo's controllers (a shard?) runs as an identity it does not name, add that username"
+	covered := report.Truncate(strings.Join(names, ", "), 120)
+	name, at := report.Truncate(p.Name, 100), p.CreationTimestamp.UTC().Format(time.RFC3339)
+	if user, ok := controllerStamped(p, isController); ok && !p.AutoPromotion() {
+		user = report.Truncate(user, maxRequesterShown)
+		return fmt.Sprintf("Auto-promotion %s, created at %s by Kargo controller %s, passed the pause gate as a person's Promotion although StagePause %s covered the Stage: "+
+			"Kargo's webhook stamped it create-actor kubernetes:%s, as it does for every user outside Kargo's control plane. "+
+			"Widen Kargo's Helm value webhooksServer.controlplaneUserRegex (CONTROLPLANE_USER_REGEX) to match %s; "+
+			"the gate then refuses its auto-promotions while paused. Runbook KargoLatchGateBypassed",
+			name, at, user, covered, user, user)
+	}
+	who := "an unknown user (no " + api.RequestedByAnnotation + ": turn on the requester mark, " +
+		"Helm pauseGate.requestedBy.enabled or kustomize components/requested-by, Kubernetes 1.36+)"
 	if user := p.Annotations[api.RequestedByAnnotation]; user != "" {
-		who, advice = report.Truncate(user, maxRequesterShown), "if that user is one of Kargo's (a shard?), add it"
+		who = report.Truncate(user, maxRequesterShown)
 	}
 	return fmt.Sprintf("Auto-promotion %s, created at %s by %s, passed the pause gate although StagePause %s covered the Stage. "+
-		"The gate refuses only those Kargo controllers its setting names: "+
-		"%s to the Helm values pauseGate.kargoControllers or pauseGate.kargoControllerRegex, "+
-		"or to the kustomize ConfigMap kargo-latch-kargo-controllers (usernames, regex). "+
-		"If it is named there already, check that the pause gate's ValidatingAdmissionPolicy and binding "+
-		"(kargo-latch-pause-gate in a default install) are installed. Runbook KargoLatchGateBypassed",
-		report.Truncate(p.Name, 100), p.CreationTimestamp.UTC().Format(time.RFC3339), who, report.Truncate(strings.Join(names, ", "), 120), advice)
+		"The gate refuses every Promotion without a create-actor, or with a controller: one, whoever creates it: "+
+		"check that the pause gate's ValidatingAdmissionPolicy and binding "+
+		"(kargo-latch-pause-gate in a default install) are installed, and that the Promotion's namespace is not excluded. Runbook KargoLatchGateBypassed",
+		name, at, who, covered)
 }
 
 // maxRequesterShown bounds the username a GateBypassed message shows, so

@@ -88,23 +88,30 @@ func TestBypassCandidate(t *testing.T) {
 		{"no actor", promo("", time.Second), true},
 		{"a controller", promo("controller:kargo-controller", time.Second), true},
 		{"a person", promo("kubernetes:dev", time.Second), false},
+		{"a Kargo controller Kargo's webhook took for a person", promo("kubernetes:kargo-shard-eu", time.Second), true},
 		{"Kargo's API for a person", promo("admin", time.Second), false},
 		{"older than its Event lives", promo("", Horizon+time.Second), false},
 		{"no Stage", noStage, false},
 		{"no creation time", &kargo.Promotion{Stage: "prod"}, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			if got := candidate(tc.p, now); got != tc.want {
+			if got := candidate(tc.p, now, isShard); got != tc.want {
 				t.Errorf("candidate = %v, want %v", got, tc.want)
 			}
 		})
 	}
 }
 
+// isShard: the operator's setting names kargo-shard-eu as one of Kargo's
+// controllers.
+func isShard(user string) bool { return user == "kargo-shard-eu" }
+
 // TestGateBypassMessage: the Warning names the Promotion, the pauses, who
-// created it, the setting to widen and what to check if the setting names it
-// already; without the API server's stamp, it says the username is unknown
-// and how to turn the stamp on. Many pauses, long names, a 900-character
+// created it, and what to check: an auto-promotion's shape is refused
+// whoever creates it, so the gate itself; without the API server's stamp, it
+// says the username is unknown and how to turn the stamp on. A Promotion of
+// one of Kargo's controllers with a kubernetes: actor names that user and
+// Kargo's setting to widen. Many pauses, long names, a 900-character
 // username: it stays within an Event's 1024 characters, the advice whole.
 func TestGateBypassMessage(t *testing.T) {
 	at := time.Date(2026, 12, 1, 10, 0, 0, 0, time.UTC)
@@ -119,9 +126,10 @@ func TestGateBypassMessage(t *testing.T) {
 		}
 		return p
 	}
-	advice := []string{"pauseGate.kargoControllers", "pauseGate.kargoControllerRegex", "ConfigMap kargo-latch-kargo-controllers",
-		"If it is named there already, check that the pause gate's ValidatingAdmissionPolicy and binding (kargo-latch-pause-gate in a default install) are installed.",
-		"Runbook KargoLatchGateBypassed"}
+	stamped := promo("prod.01j.def", "")
+	stamped.Annotations = map[string]string{kargo.CreateActorAnnotation: "kubernetes:kargo-shard-eu"}
+	gateAdvice := []string{"The gate refuses every Promotion without a create-actor, or with a controller: one, whoever creates it",
+		"check that the pause gate's ValidatingAdmissionPolicy and binding (kargo-latch-pause-gate in a default install) are installed"}
 	long := strings.Repeat("x", 240)
 	many := []*v1alpha1.StagePause{pause("a" + long), pause("b" + long), pause("c"), pause("d"), pause("e")}
 	for _, tc := range []struct {
@@ -131,9 +139,12 @@ func TestGateBypassMessage(t *testing.T) {
 		want   []string
 	}{
 		{"stamped", promo("prod.01j.abc", "kargo-shard-eu"), []*v1alpha1.StagePause{pause("hold")},
-			[]string{"Auto-promotion prod.01j.abc, created at 2026-12-01T10:00:00Z by kargo-shard-eu,", "StagePause hold (reason Manual)", "if that user is one of Kargo's (a shard?), add it to"}},
+			append([]string{"Auto-promotion prod.01j.abc, created at 2026-12-01T10:00:00Z by kargo-shard-eu,", "StagePause hold (reason Manual)"}, gateAdvice...)},
 		{"not stamped", promo("prod.01j.abc", ""), []*v1alpha1.StagePause{pause("hold")},
-			[]string{"by an unknown user", "no " + api.RequestedByAnnotation, "turn on the requester mark", "pauseGate.requestedBy.enabled", "components/requested-by", "1.36", "add that username to"}},
+			append([]string{"by an unknown user", "no " + api.RequestedByAnnotation, "turn on the requester mark", "pauseGate.requestedBy.enabled", "components/requested-by", "1.36"}, gateAdvice...)},
+		{"a Kargo controller taken for a person", stamped, []*v1alpha1.StagePause{pause("hold")},
+			[]string{"Auto-promotion prod.01j.def, created at 2026-12-01T10:00:00Z by Kargo controller kargo-shard-eu,", "StagePause hold (reason Manual)",
+				"create-actor kubernetes:kargo-shard-eu", "webhooksServer.controlplaneUserRegex (CONTROLPLANE_USER_REGEX) to match kargo-shard-eu"}},
 		{"many pauses", promo("prod.01j.abc", "kargo-shard-eu"), []*v1alpha1.StagePause{pause("a"), pause("b"), pause("c"), pause("d"), pause("e")},
 			[]string{"StagePause a (reason Manual), b (reason Manual), c (reason Manual), and 2 more covered"}},
 		{"many pauses, long names", promo("prod."+long, "system:serviceaccount:"+long[:100]), many,
@@ -143,11 +154,11 @@ func TestGateBypassMessage(t *testing.T) {
 		{"not stamped, long names", promo("prod."+long, ""), many, []string{"by an unknown user"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			msg := message(tc.p, tc.pauses)
+			msg := message(tc.p, tc.pauses, isShard)
 			if len(msg) > 1024 {
 				t.Errorf("message of %d characters, over an Event's 1024: %q", len(msg), msg)
 			}
-			for _, want := range append(tc.want, advice...) {
+			for _, want := range append(tc.want, "Runbook KargoLatchGateBypassed") {
 				if !strings.Contains(msg, want) {
 					t.Errorf("message %q does not say %q", msg, want)
 				}

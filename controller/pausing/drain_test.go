@@ -89,7 +89,7 @@ func TestFailuresCreateIsIdempotent(t *testing.T) {
 	st := &kargo.Stage{ObjectMeta: metav1.ObjectMeta{Namespace: "shop", Name: "prod", UID: "stage-uid"}}
 	create := []latch.Action{{Kind: latch.ActionCreatePause, Pause: "prod-promotionfailed-1", Reason: latch.ReasonPromotionFailed, Message: "p1 failed"}}
 
-	covering, held, err := f.Create(ctx, st, create, nil, nil)
+	covering, held, _, err := f.Create(ctx, st, create, nil, nil)
 	if err != nil || len(covering) != 1 || len(held) != 0 {
 		t.Fatalf("first try: covering %v, held %v, %v; want the new pause covering", covering, held, err)
 	}
@@ -97,7 +97,7 @@ func TestFailuresCreateIsIdempotent(t *testing.T) {
 	if p.Spec.Stage != "prod" || p.Spec.Reason != string(latch.ReasonPromotionFailed) || len(p.OwnerReferences) != 1 || p.OwnerReferences[0].UID != "stage-uid" {
 		t.Errorf("pause %+v, want one for prod, owned by the Stage, with the failure's reason", p)
 	}
-	if again, _, err := f.Create(ctx, st, create, nil, nil); err != nil || len(again) != 1 || again[0].UID != p.UID {
+	if again, _, _, err := f.Create(ctx, st, create, nil, nil); err != nil || len(again) != 1 || again[0].UID != p.UID {
 		t.Errorf("second try: %v, %v; want the same pause found", again, err)
 	}
 
@@ -107,7 +107,7 @@ func TestFailuresCreateIsIdempotent(t *testing.T) {
 	if _, err := client.Resource(v1alpha1.StagePausesResource).Namespace("shop").Update(context.Background(), u, metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	covering, held, err = f.Create(ctx, st, create, nil, nil)
+	covering, held, _, err = f.Create(ctx, st, create, nil, nil)
 	if err != nil || len(covering) != 0 || len(held) != 1 {
 		t.Errorf("after the resume: covering %v, held %v, %v; want it held, not covering", covering, held, err)
 	}

@@ -189,9 +189,13 @@ func TestLateAutoPromotionIsDrainedWhilePaused(t *testing.T) {
 	must(t, createPause(env.dev, pause(ns, "hold", "prod", "Manual")))
 	waitPaused(t, prod, true)
 
-	// The cluster admin is not gated: this Promotion passes as one admitted
-	// before the gate knew the pause.
-	late, err := driver.CreatePromotion(ctx, env.dyn, ns, "prod", "")
+	// An auto-promotion admitted before the gate knew the pause: made as a
+	// person's (the gate lets that pass), then stripped of its actor (the
+	// gate judges creates only).
+	late, err := driver.CreatePromotion(ctx, env.dyn, ns, "prod", "kubernetes:admin")
+	must(t, err)
+	late, err = env.dyn.Resource(kargo.PromotionsResource).Namespace(ns).Patch(ctx, late.GetName(), types.MergePatchType,
+		[]byte(`{"metadata":{"annotations":{"`+kargo.CreateActorAnnotation+`":null}}}`), metav1.PatchOptions{})
 	must(t, err)
 	must(t, env.kargo.SetPromotionPhase(ctx, ns, late.GetName(), "Pending"))
 	if drained := waitDrained(t, ns, "hold"); !slices.Equal(drained, []string{late.GetName()}) {

@@ -3,6 +3,7 @@ package e2e
 import (
 	"context"
 	"net/http"
+	"regexp"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -96,6 +97,15 @@ func startOperatorWith(t *testing.T, identity *rest.Config, ns string, defaults 
 		Metrics:            metrics.New(o.reg, "e2e"),
 		QueueMetrics:       metrics.NewWorkqueueProvider(o.reg),
 		StatusMissingAfter: time.Second,
+		// The operator's setting names Kargo's controllers: the default
+		// one, the shard, and each project's own kargo-controller
+		// (otherKargoController), as --kargo-controllers and
+		// --kargo-controller-regex (e2eKargoControllerRegex) would: a
+		// Promotion one of them creates with a kubernetes: create-actor
+		// while paused is a bypass.
+		KargoController: func(user string) bool {
+			return user == kargoShardUser || e2eKargoControllers.MatchString(user)
+		},
 	}
 	for _, tweak := range tweaks {
 		tweak(&config)
@@ -113,6 +123,13 @@ func startOperatorWith(t *testing.T, identity *rest.Config, ns string, defaults 
 	t.Cleanup(o.stop)
 	return o
 }
+
+// e2eKargoControllerRegex names, as the operator's
+// --kargo-controller-regex, Kargo's controller ServiceAccount of any
+// namespace.
+const e2eKargoControllerRegex = "system:serviceaccount:[^:]+:kargo-controller"
+
+var e2eKargoControllers = regexp.MustCompile("^(?:" + e2eKargoControllerRegex + ")$")
 
 func (o *operator) stop() {
 	o.cancel()

@@ -22,7 +22,14 @@ const promotionsCachedMetric = "kargo_latch_promotions_cached"
 
 // finishedPromotions makes n Promotions to stage with client, each run by
 // Kargo to Succeeded, a few at a time.
-func finishedPromotions(t *testing.T, client dynamic.Interface, ns, stage string, n int) []string {
+func finishedPromotions(t *testing.T, client dynamic.Interface, ns, stage string, n int) {
+	t.Helper()
+	finishedPromotionsBy(t, client, ns, stage, "", n)
+}
+
+// finishedPromotionsBy is finishedPromotions with a create-actor, and
+// returns their names.
+func finishedPromotionsBy(t *testing.T, client dynamic.Interface, ns, stage, actor string, n int) []string {
 	t.Helper()
 	names := make([]string, n)
 	var wg sync.WaitGroup
@@ -31,7 +38,7 @@ func finishedPromotions(t *testing.T, client dynamic.Interface, ns, stage string
 	for range 8 {
 		wg.Go(func() {
 			for i := range work {
-				p, err := driver.CreatePromotion(ctx, client, ns, stage, "")
+				p, err := driver.CreatePromotion(ctx, client, ns, stage, actor)
 				if err == nil {
 					names[i] = p.GetName()
 					err = env.kargo.SetPromotionPhase(ctx, ns, p.GetName(), driver.PhaseSucceeded)
@@ -91,7 +98,9 @@ func TestPromotionCacheHoldsOnlyUnfinished(t *testing.T) {
 	waitFor(t, "the pause to be older than the bypass margin", func() bool {
 		return time.Now().Truncate(time.Second).After(p.GetCreationTimestamp().Add(gatebypass.Margin))
 	})
-	bypass := finishedPromotions(t, otherKargo, ns, "prod", 1)[0]
+	// Kargo's own regex lacks that identity: its webhook stamps it as a
+	// person, and the gate (by shape) lets it pass.
+	bypass := finishedPromotionsBy(t, otherKargo, ns, "prod", "kubernetes:system:serviceaccount:"+ns+":kargo-controller", 1)[0]
 	var queued []string
 	for range 3 {
 		q, err := driver.CreatePromotion(ctx, env.kargoCtl, ns, "dev", "")

@@ -84,7 +84,7 @@ func waitMarked(t *testing.T, ns string) {
 	t.Helper()
 	dev := dryRunAs(env.cluster.UserConfig(devToken))
 	waitFor(t, "the requester mark to mark a Promotion to the paused Stage "+ns+"/prod", func() bool {
-		p, err := driver.CreatePromotion(ctx, dev, ns, "prod", "")
+		p, err := driver.CreatePromotion(ctx, dev, ns, "prod", "kubernetes:dev")
 		if err != nil && !apierrors.IsServiceUnavailable(err) {
 			t.Fatalf("a person's Promotion to the paused Stage %s/prod: %v", ns, err)
 		}
@@ -114,10 +114,9 @@ func markOf(o *unstructured.Unstructured) (string, bool) {
 
 // TestRequestedByMarksEveryPromotionUnderAPause: with the requester mark,
 // every Promotion and PromotionRequest created while a pause covers its
-// Stage carries its requester's username, whatever its shape: an
-// auto-promotion that passed the gate (the shard's: the shipped setting
-// lacks it), a person's as kubectl sends it (no create-actor yet: the mark
-// runs before Kargo's webhook adds one) and as Kargo's webhook leaves it;
+// Stage carries its requester's username, whatever its shape: a
+// controller's Promotion that passed the gate (the shard's, stamped as a
+// person's), a person's as Kargo's webhook leaves it;
 // a value the caller gave is overwritten. Nothing is written for a Stage
 // no pause covers.
 func TestRequestedByMarksEveryPromotionUnderAPause(t *testing.T) {
@@ -144,16 +143,17 @@ func TestRequestedByMarksEveryPromotionUnderAPause(t *testing.T) {
 			t.Errorf("%s is marked requested-by %q (%v), want %q", what, by, ok, want)
 		}
 	}
-	p, err := driver.CreatePromotion(ctx, env.kargoShard, ns, "prod", "")
-	check("the shard's auto-promotion to the paused Stage (it passes the shipped gate)", p, err, kargoShardUser)
+	p, err := driver.CreatePromotion(ctx, env.kargoShard, ns, "prod", "kubernetes:"+kargoShardUser)
+	check("the shard's Promotion to the paused Stage, stamped as a person's (it passes the shipped gate)", p, err, kargoShardUser)
 	p, err = driver.CreatePromotionRequest(ctx, env.kargoShard, ns, "prod")
 	check("the shard's PromotionRequest for the paused Stage", p, err, kargoShardUser)
-	p, err = driver.CreatePromotion(ctx, env.dev, ns, "prod", "")
-	check("a person's Promotion to the paused Stage as kubectl sends it (no create-actor)", p, err, "dev")
+	if _, err = driver.CreatePromotion(ctx, env.dev, ns, "prod", ""); !apierrors.IsForbidden(err) {
+		t.Errorf("a person's Promotion to the paused Stage with no create-actor (no Kargo webhook here to stamp one): %v, want refused: the gate fails closed", err)
+	}
 	p, err = driver.CreatePromotion(ctx, env.dev, ns, "prod", "kubernetes:dev")
 	check("a person's Promotion to the paused Stage as Kargo's webhook leaves it", p, err, "dev")
 	p, err = env.dev.Resource(kargo.PromotionsResource).Namespace(ns).Create(ctx,
-		personPromotion(ns, "prod", map[string]any{api.RequestedByAnnotation: kargoShardUser}), metav1.CreateOptions{})
+		personPromotion(ns, "prod", map[string]any{api.RequestedByAnnotation: kargoShardUser, kargo.CreateActorAnnotation: "kubernetes:dev"}), metav1.CreateOptions{})
 	check("a person's Promotion to the paused Stage that names another requester", p, err, "dev")
 
 	p, err = driver.CreatePromotion(ctx, env.kargoShard, ns, "dev", "")

@@ -51,6 +51,16 @@ operator's defaults apply. */ -}}
 {{- if ne (toString (index $setting 1)) (toString (index $setting 2)) }}
 {{- $flags = append $flags (printf "--%s=%v" (index $setting 0) (index $setting 1)) }}
 {{- end }}
+{{- end }}
+{{- /* The pause gate's setting that names Kargo's controllers, for the
+GateBypassed judgement (quoted: a regex may hold what YAML reads). */}}
+{{- $kargoFlags := list }}
+{{- $kargoControllers := include "kargo-latch.kargoControllerUsernames" $root }}
+{{- if ne $kargoControllers "system:serviceaccount:kargo:kargo-controller" }}
+{{- $kargoFlags = append $kargoFlags (printf "--kargo-controllers=%s" $kargoControllers) }}
+{{- end }}
+{{- with toString $root.Values.pauseGate.kargoControllerRegex }}
+{{- $kargoFlags = append $kargoFlags (printf "--kargo-controller-regex=%s" .) }}
 {{- end -}}
 apiVersion: apps/v1
 kind: Deployment
@@ -118,6 +128,9 @@ spec:
         {{- end }}
         {{- range $flags }}
         - {{ . }}
+        {{- end }}
+        {{- range $kargoFlags }}
+        - {{ . | quote }}
         {{- end }}
         {{- range $c.namespaces }}
         - --namespace={{ . }}

@@ -183,8 +183,10 @@ func rootFS(src Source, binary string) ([]byte, error) {
 		{tar.Header{Typeflag: tar.TypeDir, Name: "etc/", Mode: 0o755}, nil},
 		{tar.Header{Typeflag: tar.TypeReg, Name: "etc/group", Mode: 0o644}, []byte(group)},
 		{tar.Header{Typeflag: tar.TypeReg, Name: "etc/passwd", Mode: 0o644}, []byte(passwd)},
+		// Root's, as distroless images have it: the nonroot user that runs
+		// it may execute the binary, never replace it.
 		{tar.Header{Typeflag: tar.TypeReg, Name: strings.TrimPrefix(Entrypoint, "/"), Mode: 0o755,
-			Uid: NonrootID, Gid: NonrootID, Uname: "nonroot", Gname: "nonroot"}, bin},
+			Uname: "root", Gname: "root"}, bin},
 	}
 	for _, e := range entries {
 		hdr := e.hdr
