@@ -21,8 +21,7 @@ import (
 )
 
 func (d *demo) phase(ctx context.Context, s *driver.Stage) latch.Phase {
-	r, _ := d.record(ctx, s)
-	return r.Phase
+	return d.record(ctx, s).Phase
 }
 
 func (d *demo) paused(ctx context.Context, s *driver.Stage) bool {

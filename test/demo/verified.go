@@ -129,7 +129,7 @@ func (d *demo) playOutOfPhaseApps(ctx context.Context, k *driver.Kargo) error {
 // showVerified is the end of the first story: the AnalysisRun, the record,
 // the Freight verified at the run's finish, and uat's view of it.
 func (d *demo) showVerified(ctx context.Context, k *driver.Kargo, test *driver.Stage, freight string, t timeline) error {
-	rec, _ := d.record(ctx, test)
+	rec := d.record(ctx, test)
 	if rec.Analysis == nil || rec.Analysis.Run == "" {
 		return errors.New("kargo-latch recorded no AnalysisRun")
 	}
@@ -273,7 +273,7 @@ func (d *demo) flap(ctx context.Context, k *driver.Kargo, test *driver.Stage) (t
 					continue
 				}
 				if err := d.waitFor(ctx, a.Name+" seen Healthy", func() bool {
-					rec, _ := d.record(ctx, test)
+					rec := d.record(ctx, test)
 					_, seen := rec.AppsHealthy["argocd/"+a.Name]
 					return seen
 				}); err != nil {
@@ -281,7 +281,7 @@ func (d *demo) flap(ctx context.Context, k *driver.Kargo, test *driver.Stage) (t
 				}
 			}
 		}
-		rec, _ := d.record(ctx, test)
+		rec := d.record(ctx, test)
 		var did string
 		switch {
 		case rec.Phase == latch.PhaseLatched && t.latched.LatchedAt == nil:
@@ -424,15 +424,14 @@ func (d *demo) availableToDownstream(ctx context.Context, freight string) (bool,
 	return false, "not requested by " + stage, nil
 }
 
-// record is the Stage's latch record and its raw annotation.
-func (d *demo) record(ctx context.Context, s *driver.Stage) (latch.Record, string) {
+// record is the Stage's latch record.
+func (d *demo) record(ctx context.Context, s *driver.Stage) latch.Record {
 	u, err := s.Get(ctx)
 	if err != nil {
-		return latch.Record{}, ""
+		return latch.Record{}
 	}
-	raw := u.GetAnnotations()[api.StateAnnotation]
-	r, _ := latch.Decode(raw)
-	return r, raw
+	r, _ := latch.Decode(u.GetAnnotations()[api.StateAnnotation])
+	return r
 }
 
 // appNames lists the Apps of a record's appsHealthy by name.
