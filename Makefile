@@ -256,7 +256,7 @@ bench: $(APISERVER) build
 	$(GO) run ./test/bench -stages $(BENCH_STAGES) -promotions-per-stage $(BENCH_PROMOTIONS) -shards $(BENCH_SHARDS) -samples $(BENCH_SAMPLES)
 
 ## demo: start a local test cluster, run the operator, and play a scenario.
-demo: $(APISERVER) build
+demo: $(APISERVER) $(ROLLOUTS) build
 	$(GO) run ./test/demo
 
 clean:

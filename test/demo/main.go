@@ -3,10 +3,11 @@
 // modules), installs Kargo's CRDs and kargo-latch's shipped manifests, runs
 // two replicas of the real binary with leader election as their own
 // ServiceAccount, and drives a Kargo project through two stories while
-// narrating: Apps that flap out of phase, latched per App and their Freight
-// marked verified so that it flows downstream; then a failure that pauses a
-// Stage until a person resumes it. Run it with `make demo`; DEMO_KEEP=1
-// keeps the cluster up.
+// narrating: Apps that flap out of phase, latched per App, the Stage's
+// configured analysis started by kargo-latch and run by Argo Rollouts' real
+// analysis controller, and the Freight marked verified so that it flows
+// downstream; then a failure that pauses a Stage until a person resumes it.
+// Run it with `make demo`; DEMO_KEEP=1 keeps the cluster up.
 package main
 
 import (
@@ -27,6 +28,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/kargo-latch/kargo-latch/test/cluster"
+	"github.com/kargo-latch/kargo-latch/test/driver"
 )
 
 const project = "shop"
@@ -70,16 +72,26 @@ func run(ctx context.Context) error {
 		return err
 	}
 	defer c.Stop()
+	say("Starting Argo Rollouts' analysis controller v1.10.2 (bin/rollouts-controller --controllers analysis) with its CRDs")
+	rollouts, err := c.StartRollouts(ctx, cluster.RolloutsOptions{})
+	if err != nil {
+		return err
+	}
+	defer rollouts.Stop()
+	metric := driver.NewMetricServer()
+	defer metric.Close()
 	d, err := setUp(ctx, c)
 	if err != nil {
 		return err
 	}
+	d.rollouts, d.metric = rollouts, metric
 	defer d.stopReplicas()
 	if err := d.play(ctx); err != nil {
 		// The cluster's directory, logs included, goes with the cluster.
 		for _, r := range d.replicas {
 			fmt.Fprintf(os.Stderr, "last lines of %s's log:\n%s\n", r.name, tail(r.log, 30))
 		}
+		fmt.Fprintf(os.Stderr, "last lines of Argo Rollouts' log:\n%s\n", tail(rollouts.Log, 20))
 		return err
 	}
 	if os.Getenv("DEMO_KEEP") != "" {
@@ -96,6 +108,8 @@ type demo struct {
 	dev      dynamic.Interface // bound to kargo-latch-pauser
 	lead     dynamic.Interface // bound to kargo-latch-resumer
 	replicas []*replica
+	rollouts *cluster.Rollouts    // Argo Rollouts' analysis controller
+	metric   *driver.MetricServer // the endpoint of the first story's web metric
 	// kubeconfigs of the people, for the CLI.
 	adminKubeconfig, devKubeconfig, leadKubeconfig string
 }
@@ -116,7 +130,7 @@ func setUp(ctx context.Context, c *cluster.Cluster) (*demo, error) {
 		dev:     dynamic.NewForConfigOrDie(c.UserConfig(devToken)),
 		lead:    dynamic.NewForConfigOrDie(c.UserConfig(leadToken)),
 	}
-	objs, err := installWithMarkVerified(c)
+	objs, err := installWithOptIns(c)
 	if err != nil {
 		return nil, err
 	}
@@ -129,7 +143,8 @@ func setUp(ctx context.Context, c *cluster.Cluster) (*demo, error) {
 		return nil, err
 	}
 	say("  applied manifests/default: the StagePause CRD, kargo-latch's RBAC, the pause gate and the people's roles")
-	say("  and components/mark-verified (an overlay, as in your own repo): kargo-latch may mark Freight verified")
+	say("  and components/mark-verified and verify-on-latch (an overlay, as in your own repo): kargo-latch may")
+	say("  mark Freight verified, and start a Stage's configured analysis (AnalysisRuns in Kargo's shape only)")
 	say("  dev is bound to kargo-latch-pauser, lead to kargo-latch-resumer, in project %q", project)
 
 	for who, cfg := range map[*string]string{&d.adminKubeconfig: cluster.AdminToken, &d.devKubeconfig: devToken, &d.leadKubeconfig: leadToken} {
@@ -154,7 +169,8 @@ func setUp(ctx context.Context, c *cluster.Cluster) (*demo, error) {
 		d.replicas = append(d.replicas, r)
 		time.Sleep(300 * time.Millisecond) // let replica-a win the first election
 	}
-	say("  started 2 replicas of bin/kargo-latch with --leader-elect, as ServiceAccount kargo-latch/kargo-latch")
+	say("  started 2 replicas of bin/kargo-latch with --leader-elect --enable-verify-on-latch --verify-grace %s,", verifyGrace)
+	say("  as ServiceAccount kargo-latch/kargo-latch")
 	return d, nil
 }
 
@@ -172,6 +188,9 @@ func startReplica(c *cluster.Cluster, name, kubeconfig string) (*replica, error)
 	r.cmd = exec.Command(filepath.Join(c.Root, "bin", "kargo-latch"),
 		"--kubeconfig", kubeconfig, "--namespace", project,
 		"--leader-elect", "--leader-election-namespace", "kargo-latch",
+		// The component adds this flag to Deployments; the demo runs the
+		// binary itself.
+		"--enable-verify-on-latch", "--verify-grace", verifyGrace.String(),
 		"--metrics-bind-address", "127.0.0.1:"+strconv.Itoa(ports[0]),
 		"--health-probe-bind-address", "127.0.0.1:"+strconv.Itoa(ports[1]))
 	r.cmd.Stdout, r.cmd.Stderr = logFile, logFile
@@ -212,10 +231,16 @@ func (d *demo) keep(ctx context.Context) error {
 	return nil
 }
 
-// installWithMarkVerified renders what an operator of kargo-latch would
-// apply to let it mark Freight verified: an overlay of their own that takes
-// the default install and adds the opt-in mark-verified component.
-func installWithMarkVerified(c *cluster.Cluster) ([]*unstructured.Unstructured, error) {
+// verifyGrace is how long after a latch kargo-latch lets Kargo start its
+// own verification before it starts it (10s by default): short, so that
+// the story fits on a screen.
+const verifyGrace = 2 * time.Second
+
+// installWithOptIns renders what an operator of kargo-latch would apply to
+// let it mark Freight verified and verify on latch: an overlay of their own
+// that takes the default install and adds the opt-in mark-verified and
+// verify-on-latch components.
+func installWithOptIns(c *cluster.Cluster) ([]*unstructured.Unstructured, error) {
 	overlay := filepath.Join(c.Dir, "overlay")
 	if err := os.MkdirAll(overlay, 0o700); err != nil {
 		return nil, err
@@ -224,11 +249,15 @@ func installWithMarkVerified(c *cluster.Cluster) ([]*unstructured.Unstructured, 
 	if err != nil {
 		return nil, err
 	}
-	component, err := filepath.Rel(overlay, filepath.Join(c.Root, "manifests", "components", "mark-verified"))
-	if err != nil {
-		return nil, err
+	var components []string
+	for _, name := range []string{"mark-verified", "verify-on-latch"} {
+		component, err := filepath.Rel(overlay, filepath.Join(c.Root, "manifests", "components", name))
+		if err != nil {
+			return nil, err
+		}
+		components = append(components, strconv.Quote(component))
 	}
-	kustomization := fmt.Sprintf("apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\nresources: [%q]\ncomponents: [%q]\n", install, component)
+	kustomization := fmt.Sprintf("apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\nresources: [%q]\ncomponents: [%s]\n", install, strings.Join(components, ", "))
 	if err := os.WriteFile(filepath.Join(overlay, "kustomization.yaml"), []byte(kustomization), 0o600); err != nil {
 		return nil, err
 	}

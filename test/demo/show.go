@@ -21,8 +21,7 @@ import (
 )
 
 func (d *demo) phase(ctx context.Context, s *driver.Stage) latch.Phase {
-	r, _ := d.record(ctx, s)
-	return r.Phase
+	return d.record(ctx, s).Phase
 }
 
 func (d *demo) paused(ctx context.Context, s *driver.Stage) bool {
@@ -59,14 +58,16 @@ func (d *demo) showStatus() {
 	d.cli("admin", d.adminKubeconfig, "status")
 }
 
-// leader is the replica whose metrics show Stage syncs.
+// leader is the replica that has synced the most Stages: the standby keeps
+// warm caches, and exports the phase gauges too, but syncs nothing.
 func (d *demo) leader() *replica {
+	best, most := d.replicas[0], -1.0
 	for _, r := range d.replicas {
-		if strings.Contains(scrape(r.metricsURL), `kargo_latch_stage_phase{`) {
-			return r
+		if n := reconciles(scrape(r.metricsURL)); n > most {
+			best, most = r, n
 		}
 	}
-	return d.replicas[0]
+	return best
 }
 
 func scrape(url string) string {
@@ -89,14 +90,20 @@ func (d *demo) syncs() float64 {
 		if metrics == "" {
 			return -1
 		}
-		for _, line := range strings.Split(metrics, "\n") {
-			if value, ok := strings.CutPrefix(line, "kargo_latch_reconcile_duration_seconds_count "); ok {
-				v, _ := strconv.ParseFloat(value, 64)
-				total += v
-			}
-		}
+		total += reconciles(metrics)
 	}
 	return total
+}
+
+// reconciles is the count of a replica's reconcile duration histogram.
+func reconciles(metrics string) float64 {
+	for _, line := range strings.Split(metrics, "\n") {
+		if value, ok := strings.CutPrefix(line, "kargo_latch_reconcile_duration_seconds_count "); ok {
+			v, _ := strconv.ParseFloat(value, 64)
+			return v
+		}
+	}
+	return 0
 }
 
 // showMetrics prints the leader's non-zero lines of the named metrics.
@@ -120,7 +127,8 @@ func (d *demo) events(ctx context.Context, stage string) []corev1.Event {
 		return nil
 	}
 	// Timestamps have one-second precision; break ties in story order.
-	rank := map[string]int{"HealthLatched": 1, "FreightVerified": 2, "StageDegraded": 3, "LatchFailed": 4, "StagePaused": 5, "PromotionDrained": 6, "StageResumed": 7}
+	rank := map[string]int{"HealthLatched": 1, "VerificationStarted": 2, "VerificationSucceeded": 3, "FreightVerified": 4,
+		"StageDegraded": 5, "LatchFailed": 6, "StagePaused": 7, "PromotionDrained": 8, "StageResumed": 9}
 	sort.SliceStable(list.Items, func(i, j int) bool {
 		a, b := list.Items[i], list.Items[j]
 		if !a.FirstTimestamp.Equal(&b.FirstTimestamp) {
@@ -157,7 +165,7 @@ func (d *demo) waitForEvents(ctx context.Context, stage string, reasons ...strin
 func (d *demo) showEvents(ctx context.Context, stage string) {
 	say("   Events on Stage %s (kubectl get events -n %s):", stage, project)
 	for _, e := range d.events(ctx, stage) {
-		say("     %-8s %-15s %s", e.Type, e.Reason, e.Message)
+		say("     %-8s %-21s %s", e.Type, e.Reason, e.Message)
 	}
 }
 
