@@ -166,7 +166,7 @@ func TestVarsChain(t *testing.T) {
 }
 
 func TestNormalizeGit(t *testing.T) {
-	tests := map[string]string{
+	tests := map[string]string{ //nolint:gosec // URLs with made-up credentials, to see them dropped
 		"https://github.com/Example/Repo.git":      "https://github.com/example/repo",
 		"https://user:pw@github.com/example/repo/": "https://github.com/example/repo",
 		"ssh://git@github.com/example/repo.git":    "ssh://git@github.com/example/repo",
