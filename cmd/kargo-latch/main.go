@@ -153,6 +153,9 @@ func parseFlags(args []string) (*options, error) {
 		o.defaults.VerifyGrace < 0 || o.defaults.VerifyPickupTimeout < 0 {
 		return nil, errors.New("--latch-deadline, --degraded-grace, --new-failure-window, --verify-grace and --verify-pickup-timeout must not be negative")
 	}
+	if o.defaults.VerifyOnLatch && !o.verifyOnLatch {
+		return nil, errors.New("--verify-on-latch needs --enable-verify-on-latch (the verify-on-latch rights and Argo Rollouts' CRDs): without it every Stage would be warned that it cannot verify on latch")
+	}
 	if o.cacheSyncTimeout < 0 {
 		return nil, errors.New("--cache-sync-timeout must not be negative")
 	}

@@ -41,6 +41,13 @@ func TestParseOptions(t *testing.T) {
 	if _, err := parseFlags([]string{"--new-failure-window", "-1m"}); err == nil {
 		t.Error("a negative --new-failure-window was accepted")
 	}
+	if _, err := parseFlags([]string{"--verify-on-latch"}); err == nil {
+		t.Error("--verify-on-latch was accepted without --enable-verify-on-latch")
+	}
+	o, err := parseFlags([]string{"--verify-on-latch", "--enable-verify-on-latch", "--verify-grace", "3s"})
+	if err != nil || !o.defaults.VerifyOnLatch || !o.verifyOnLatch || o.defaults.VerifyGrace != 3*time.Second || o.defaults.VerifyPickupTimeout != 2*time.Minute {
+		t.Errorf("verify-on-latch flags: %+v, %v", o, err)
+	}
 }
 
 // --shard and --default-shard reach the options; a shard no label can
