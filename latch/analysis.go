@@ -65,7 +65,22 @@ type Run struct {
 }
 
 func (r Run) terminal() bool {
-	return r.Phase != "" && r.Phase != VerificationPending && r.Phase != VerificationRunning
+	switch r.Phase {
+	case VerificationSuccessful, VerificationFailed, VerificationError, VerificationInconclusive:
+		return true
+	}
+	return false
+}
+
+// KnownRunPhase reports whether p is a phase Argo Rollouts gives an
+// AnalysisRun (or none yet). Any other string is garbage: it is neither a
+// result nor a failure, and the run is followed on.
+func KnownRunPhase(p VerificationPhase) bool {
+	switch p {
+	case "", VerificationPending, VerificationRunning, VerificationSuccessful, VerificationFailed, VerificationError, VerificationInconclusive:
+		return true
+	}
+	return false
 }
 
 // verify looks after the cycle's configured verification: it terminates
@@ -74,18 +89,33 @@ func (r Run) terminal() bool {
 // and, with verify-on-latch, starts the run Kargo would start once the
 // cycle has latched and Kargo has not started one within the grace.
 func (m *machine) verify() {
-	m.terminateStrayRuns()
+	// Stray runs are judged last, on the record as this Step leaves it: a
+	// run this cycle adopts is never stray.
+	defer m.terminateStrayRuns()
 	if !m.settings.VerifyOnLatch || !m.obs.HasVerification || m.rec.FreightID == "" || m.obs.FreightID != m.rec.FreightID {
 		return
 	}
 	switch a := m.rec.Analysis; {
 	case a == nil:
 		m.beginAnalysis()
+	case a.ByKargoLatch() && m.kargoVerifiesAnother(a):
+		// Kargo started its own verification after all (its lookup and
+		// kargo-latch's create crossed, or a reverify): Kargo's decides,
+		// and kargo-latch's run, no longer the cycle's, is terminated.
+		m.rec.Analysis = &Analysis{ID: m.obs.Verification.ID, Actor: KargoActor}
+		m.followKargo(m.rec.Analysis)
 	case a.ByKargoLatch():
 		m.followOwnRun(a)
 	default:
 		m.followKargo(a)
 	}
+}
+
+// kargoVerifiesAnother reports whether Kargo's status shows a verification
+// of the collection that follows another run than kargo-latch's a.
+func (m *machine) kargoVerifiesAnother(a *Analysis) bool {
+	v := m.obs.Verification
+	return v != nil && v.ID != "" && v.Run != "" && v.Run != a.Run
 }
 
 // terminateStrayRuns asks to terminate each running run of kargo-latch's
@@ -193,6 +223,10 @@ func (m *machine) followOwnRun(a *Analysis) {
 	r := m.obs.Runs[i]
 	if r.StartedAt != nil {
 		a.StartTime = r.StartedAt
+	}
+	if !KnownRunPhase(r.Phase) {
+		// Garbage (reported by the operator as it reads it): no result.
+		return
 	}
 	if r.Phase == "" || r.Phase == VerificationPending {
 		if !a.PickupReported && a.StartTime != nil && !m.now.Before(a.StartTime.Add(m.settings.VerifyPickupTimeout)) && r.Phase == "" {

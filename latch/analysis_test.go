@@ -230,3 +230,43 @@ func TestVerifyOnLatchRefusedStartAsksNothing(t *testing.T) {
 		t.Errorf("refused: %v, %+v, requeue %v", kinds(res), res.Record.Analysis, res.RequeueAfter)
 	}
 }
+
+func TestVerifyOnLatchYieldsToKargosOwnRun(t *testing.T) {
+	// Kargo's lookup and kargo-latch's create crossed: Kargo's status
+	// follows a run of its own. Kargo's decides; kargo-latch's run is
+	// terminated, and no mark is made on its result.
+	s := verifying()
+	s.MarkVerified = true
+	obs := with(latchedView(), func(o *Observation) {
+		o.Runs = []Run{ownRun(VerificationRunning)}
+		o.Verification = &Verification{ID: "k1", Phase: VerificationRunning, Run: "test.kargos.f1"}
+		o.MayMark = true
+	})
+	res := Step(s, started(), obs, at(minutes(7)))
+	if a := res.Record.Analysis; a.Actor != KargoActor || a.Run != "test.kargos.f1" {
+		t.Errorf("analysis = %+v, want Kargo's", a)
+	}
+	if a, ok := res.Action(ActionTerminateRun); !ok || a.Run != cycleRun {
+		t.Errorf("actions %v, want kargo-latch's run terminated", kinds(res))
+	}
+	if res.Has(ActionMarkVerified) || res.Has(ActionVerificationFinished) {
+		t.Errorf("actions %v: marked on a run Kargo does not follow", kinds(res))
+	}
+}
+
+func TestVerifyOnLatchUnknownRunPhaseIsNoResult(t *testing.T) {
+	obs := with(latchedView(), func(o *Observation) { o.Runs = []Run{ownRun("Bogus")} })
+	res := Step(verifying(), started(), obs, at(minutes(5)))
+	if len(res.Actions) != 0 || res.Record.Analysis.Phase != "" || res.Record.Phase != PhaseLatched {
+		t.Errorf("a garbage phase: %v, %+v", kinds(res), res.Record.Analysis)
+	}
+}
+
+func TestVerifyOnLatchNeverTerminatesTheRunItAdopts(t *testing.T) {
+	for name, rec := range map[string]Record{"after a crash": latched(), "recorded": started()} {
+		obs := with(latchedView(), func(o *Observation) { o.Runs = []Run{ownRun(VerificationRunning)} })
+		if res := Step(verifying(), rec, obs, at(minutes(4))); res.Has(ActionTerminateRun) {
+			t.Errorf("%s: %v", name, kinds(res))
+		}
+	}
+}

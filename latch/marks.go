@@ -76,8 +76,10 @@ func (m *machine) markable() bool {
 		return false
 	}
 	if m.obs.HasVerification {
-		if v := m.obs.Verification; v != nil && v.Phase == VerificationSuccessful {
-			return true
+		// Kargo's own verification of the collection, when its status
+		// shows one, decides (it may follow kargo-latch's run).
+		if v := m.obs.Verification; v != nil && v.ID != "" {
+			return v.Phase == VerificationSuccessful
 		}
 		// With verify-on-latch: the run kargo-latch started for this cycle.
 		a := m.rec.Analysis
