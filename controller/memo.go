@@ -50,6 +50,7 @@ type memo struct {
 	// verifyRetryAt. terminated names the runs this replica told to
 	// terminate lately, so that each is told once.
 	verifyRefused      string
+	badRunPhase        string
 	verifyRefusedCycle string
 	verifyRetryAt      time.Time
 	terminated         []string

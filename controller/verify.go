@@ -78,8 +78,10 @@ func (c *Controller) observeRuns(ctx context.Context, s *snapshot) error {
 	s.obs.Runs = c.cachedRuns(ns, stage)
 	m := s.memo
 	s.obs.StartRefused = m.verifyRefusedCycle == s.prior.Cycle() && s.now.Before(m.verifyRetryAt)
+	c.reportRunPhases(s)
 	a := s.prior.Analysis
-	if !a.ByKargoLatch() || a.Terminal() || a.Run == "" || slices.ContainsFunc(s.obs.Runs, func(r latch.Run) bool { return r.Name == a.Run }) {
+	// In --dry-run the record names runs never made: none is gone.
+	if c.cfg.DryRun || !a.ByKargoLatch() || a.Terminal() || a.Run == "" || slices.ContainsFunc(s.obs.Runs, func(r latch.Run) bool { return r.Name == a.Run }) {
 		return nil
 	}
 	run, found, err := c.starter.Get(ctx, ns, a.Run)
@@ -112,22 +114,17 @@ func (c *Controller) startVerification(ctx context.Context, s *snapshot, p plan)
 		}
 	}
 	ns, stage, collection := s.key.Namespace, s.key.Name, p.result.Record.FreightID
-	found, err := c.starter.Lookup(ctx, ns, stage, collection)
+	found, created, err := c.starter.Start(ctx, ns, stage, collection, p.startRun.Run)
 	if err != nil {
-		return nil, p, c.verificationRefused(ctx, s, err)
-	}
-	if !slices.ContainsFunc(found, func(r latch.Run) bool { return !r.Ours || r.Name == p.startRun.Run }) {
-		run, err := c.starter.Start(ctx, ns, stage, collection, p.startRun.Run)
-		if err != nil {
-			if err := c.verificationRefused(ctx, s, err); err != nil {
-				return nil, p, err
-			}
-			s.obs.StartRefused = true
-			return s, judge(s), nil
+		if err := c.verificationRefused(ctx, s, err); err != nil {
+			return nil, p, err
 		}
-		klog.FromContext(ctx).Info("Started the Stage's verification", "analysisRun", run.Name)
+		s.obs.StartRefused = true
+		return s, judge(s), nil
+	}
+	if created {
+		klog.FromContext(ctx).Info("Started the Stage's verification", "analysisRun", p.startRun.Run)
 		c.cfg.Metrics.VerificationRunsStarted.WithLabelValues(ns, stage).Inc()
-		found = append(found, run)
 	}
 	out := *s
 	out.obs.Runs = append(slices.Clone(s.obs.Runs), found...)
@@ -231,4 +228,19 @@ func (c *Controller) verifyRetryIn(s *snapshot) time.Duration {
 		return 0
 	}
 	return m.verifyRetryAt.Sub(s.now)
+}
+
+// reportRunPhases warns once per run and phase of kargo-latch's that shows
+// a phase Argo Rollouts does not give: it is no result, and the run is
+// followed on.
+func (c *Controller) reportRunPhases(s *snapshot) {
+	for _, r := range s.obs.Runs {
+		if latch.KnownRunPhase(r.Phase) {
+			continue
+		}
+		if warnOnce(&s.memo.badRunPhase, r.Name+"\x00"+string(r.Phase)) {
+			c.report.Warn(s.stage, api.ReasonVerificationUnsupported, "AnalysisRun %s shows phase %q, which Argo Rollouts does not give: it counts as no result", r.Name, r.Phase)
+			c.cfg.Metrics.InvalidInput.WithLabelValues(s.key.Namespace, s.key.Name, "analysisrun").Inc()
+		}
+	}
 }

@@ -45,10 +45,14 @@ func StageKey(namespace, stage string) string {
 // StageOf names the Stage a run verifies: the kargo.akuity.io/stage
 // annotation holds the full name where the label had to be shortened.
 func StageOf(u *unstructured.Unstructured) string {
-	if full := u.GetAnnotations()[StageLabel]; full != "" {
+	label := u.GetLabels()[StageLabel]
+	// The annotation counts only as the label's full form: a run's
+	// metadata comes partly from a Stage's analysisRunMetadata, which must
+	// not move it to another Stage.
+	if full := u.GetAnnotations()[StageAnnotation]; full != "" && ShortenLabelValue(full) == label {
 		return full
 	}
-	return u.GetLabels()[StageLabel]
+	return label
 }
 
 // TransformRun keeps of a cached AnalysisRun only what verify-on-latch
@@ -69,19 +73,27 @@ func TransformRun(obj any) (any, error) {
 	slim.SetResourceVersion(u.GetResourceVersion())
 	slim.SetCreationTimestamp(u.GetCreationTimestamp())
 	slim.SetLabels(u.GetLabels())
-	if full := u.GetAnnotations()[StageLabel]; full != "" {
-		slim.SetAnnotations(map[string]string{StageLabel: full})
+	if full := u.GetAnnotations()[StageAnnotation]; full != "" {
+		slim.SetAnnotations(map[string]string{StageAnnotation: full})
 	}
 	if t, _, _ := unstructured.NestedBool(u.Object, "spec", "terminate"); t {
 		_ = unstructured.SetNestedField(slim.Object, true, "spec", "terminate")
 	}
 	for _, f := range []string{"phase", "message", "startedAt", "completedAt"} {
 		if v, ok, _ := unstructured.NestedString(u.Object, "status", f); ok {
+			if len(v) > maxCachedField {
+				// A run's message can be a metric's whole error output.
+				v = v[:maxCachedField]
+			}
 			_ = unstructured.SetNestedField(slim.Object, v, "status", f)
 		}
 	}
 	return slim, nil
 }
+
+// maxCachedField bounds each status string the cache keeps of a run; the
+// record bounds its own copy further (latch.MaxMessage).
+const maxCachedField = 4 * latch.MaxMessage
 
 // RunFrom is the latch's view of an AnalysisRun.
 func RunFrom(u *unstructured.Unstructured) latch.Run {

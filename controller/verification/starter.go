@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -45,54 +46,70 @@ func (s *Starter) Lookup(ctx context.Context, namespace, stage, collection strin
 	return runs, nil
 }
 
-// Start builds the run name of a Stage's current Freight collection
-// exactly as Kargo would and creates it. A run already at that name is
-// this cycle's own, made before a crash, only if it carries kargo-latch's
-// marker and this Stage's and collection's labels; anything else there is
-// refused (*Unsupported), never adopted.
-func (s *Starter) Start(ctx context.Context, namespace, stage, collection, name string) (latch.Run, error) {
+// Start builds the run of a Stage's current Freight collection exactly as
+// Kargo would and creates it, unless Kargo's own lookup, played last, right
+// before the create, finds runs of the collection already (Kargo's, or this
+// cycle's own): those are returned instead, to be followed. A run already
+// at the name is this cycle's own, made before a crash, only if it carries
+// kargo-latch's marker and this Stage's and collection's labels; anything
+// else there is refused (*Unsupported), never adopted. created says
+// whether this call made the run.
+func (s *Starter) Start(ctx context.Context, namespace, stage, collection, name string) (runs []latch.Run, created bool, err error) {
+	run, err := s.build(ctx, namespace, stage, collection, name)
+	if err != nil {
+		return nil, false, err
+	}
+	found, err := s.Lookup(ctx, namespace, stage, collection)
+	if err != nil {
+		return nil, false, err
+	}
+	if slices.ContainsFunc(found, func(r latch.Run) bool { return !r.Ours || r.Name == name }) {
+		return found, false, nil
+	}
+	made, err := s.Dynamic.Resource(AnalysisRunsResource).Namespace(namespace).Create(ctx, run, metav1.CreateOptions{FieldManager: api.FieldManager})
+	if apierrors.IsAlreadyExists(err) {
+		own, err := s.existing(ctx, namespace, stage, collection, name)
+		return []latch.Run{own}, false, err
+	}
+	if err != nil {
+		return nil, false, fmt.Errorf("creating AnalysisRun %s/%s: %w", namespace, name, err)
+	}
+	return []latch.Run{RunFrom(made)}, true, nil
+}
+
+// build reads what the run is built from, live, and builds it.
+func (s *Starter) build(ctx context.Context, namespace, stage, collection, name string) (*unstructured.Unstructured, error) {
 	live, err := s.Dynamic.Resource(kargo.StagesResource).Namespace(namespace).Get(ctx, stage, metav1.GetOptions{})
 	if err != nil {
-		return latch.Run{}, fmt.Errorf("reading Stage %s/%s: %w", namespace, stage, err)
+		return nil, fmt.Errorf("reading Stage %s/%s: %w", namespace, stage, err)
 	}
 	src, err := ParseStage(live)
 	if err != nil {
-		return latch.Run{}, err
+		return nil, err
 	}
 	if src.Collection.ID != collection {
-		return latch.Run{}, fmt.Errorf("stage %s/%s now shows Freight collection %q, not %q: judging again", namespace, stage, src.Collection.ID, collection)
+		return nil, fmt.Errorf("stage %s/%s now shows Freight collection %q, not %q: judging again", namespace, stage, src.Collection.ID, collection)
 	}
 	in := Input{Source: src, Name: name, InstanceID: s.InstanceID,
 		Templates: map[TemplateRef]*unstructured.Unstructured{}, Warehouses: map[string]*unstructured.Unstructured{}}
 	for _, ref := range src.Templates {
 		t, err := s.template(ctx, namespace, ref)
 		if err != nil {
-			return latch.Run{}, err
+			return nil, err
 		}
 		in.Templates[ref] = t
 	}
 	for _, f := range src.Collection.Freight {
 		u, err := s.Dynamic.Resource(kargo.FreightsResource).Namespace(namespace).Get(ctx, f.Name, metav1.GetOptions{})
 		if err != nil {
-			return latch.Run{}, fmt.Errorf("reading Freight %s/%s: %w", namespace, f.Name, err)
+			return nil, fmt.Errorf("reading Freight %s/%s: %w", namespace, f.Name, err)
 		}
 		in.Freight = append(in.Freight, u)
 	}
 	if err := s.warehouses(ctx, namespace, src, in.Warehouses); err != nil {
-		return latch.Run{}, err
+		return nil, err
 	}
-	run, err := Build(in)
-	if err != nil {
-		return latch.Run{}, err
-	}
-	created, err := s.Dynamic.Resource(AnalysisRunsResource).Namespace(namespace).Create(ctx, run, metav1.CreateOptions{FieldManager: api.FieldManager})
-	if apierrors.IsAlreadyExists(err) {
-		return s.existing(ctx, namespace, stage, collection, name)
-	}
-	if err != nil {
-		return latch.Run{}, fmt.Errorf("creating AnalysisRun %s/%s: %w", namespace, name, err)
-	}
-	return RunFrom(created), nil
+	return Build(in)
 }
 
 // existing adopts the run at a cycle's name when it is the cycle's own.
