@@ -282,3 +282,10 @@ $(PROMETHEUS_KUBERNETES_SD):
 		-o $@ github.com/prometheus/prometheus/cmd/prometheus 2>&1 | \
 		awk '{ n++; if (n % 100 == 0) printf("   ... %d packages compiled\n", n); fflush() } END { printf("   ... done (%d packages)\n", n) }'
 	@test -x $@ || (echo "building $(@F) failed; run: cd test/tools/prometheus && go build -tags remove_all_sd,enable_kubernetes_sd github.com/prometheus/prometheus/cmd/prometheus" && exit 1)
+
+# DEMO_NODE=1 make demo: the demo's stories with the chart's Pods on the
+# node (test/demo/node.go), of the tests' image.
+ifdef DEMO_NODE
+demo: node $(BIN)/kube-controller-manager $(BIN)/helm image-for-tests
+export KARGO_LATCH_IMAGE := $(TEST_IMAGE_DIR)/image
+endif

@@ -26,6 +26,7 @@ cgroupDriver: cgroupfs
 failSwapOn: false
 enforceNodeAllocatable: []
 containerRuntimeEndpoint: unix://%[1]s
+podLogsDirectory: %[2]s
 address: 127.0.0.1
 healthzBindAddress: 127.0.0.1
 readOnlyPort: 0
@@ -44,7 +45,7 @@ nodeStatusUpdateFrequency: 4s
 // it, and waits for its Node to be Ready.
 func (n *Node) startKubelet(ctx context.Context, say func(string, ...any)) error {
 	config := filepath.Join(n.Dir, "kubelet.yaml")
-	if err := os.WriteFile(config, fmt.Appendf(nil, kubeletConfig, n.socket), 0o600); err != nil {
+	if err := os.WriteFile(config, fmt.Appendf(nil, kubeletConfig, n.socket, filepath.Join(n.Dir, "pod-logs")), 0o600); err != nil {
 		return err
 	}
 	kubeconfig := filepath.Join(n.Dir, "kubelet.kubeconfig")

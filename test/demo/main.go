@@ -6,7 +6,8 @@
 // narrating: Apps that flap out of phase, latched per App and their Freight
 // marked verified so that it flows downstream; then a failure that pauses a
 // Stage until a person resumes it. Run it with `make demo`; DEMO_KEEP=1
-// keeps the cluster up.
+// keeps the cluster up; DEMO_NODE=1 runs kargo-latch as the chart's Pods on
+// a real node instead (node.go).
 package main
 
 import (
@@ -57,14 +58,13 @@ func main() {
 }
 
 func run(ctx context.Context) error {
+	if os.Getenv("DEMO_NODE") != "" {
+		return runOnNode(ctx)
+	}
 	say("Starting a local kube-apiserver v1.37.2 and etcd v3.7.0 (built from Go modules into bin/)")
 	c, err := cluster.Start(ctx, cluster.Options{
 		Log: func(f string, a ...any) { say("  "+f, a...) },
-		Tokens: []string{
-			kargoToken + ",system:serviceaccount:kargo:kargo-controller,kargo-controller,",
-			devToken + ",dev,dev,",
-			leadToken + ",lead,lead,",
-		},
+		Tokens: demoTokens(),
 	})
 	if err != nil {
 		return err
@@ -86,6 +86,15 @@ func run(ctx context.Context) error {
 		return d.keep(ctx)
 	}
 	return nil
+}
+
+// demoTokens are the static users of the demo's people and Kargo.
+func demoTokens() []string {
+	return []string{
+		kargoToken + ",system:serviceaccount:kargo:kargo-controller,kargo-controller,",
+		devToken + ",dev,dev,",
+		leadToken + ",lead,lead,",
+	}
 }
 
 type demo struct {

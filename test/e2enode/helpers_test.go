@@ -2,6 +2,7 @@ package e2enode
 
 import (
 	"context"
+	"errors"
 	"crypto/rand"
 	"encoding/hex"
 	"fmt"
@@ -45,6 +46,10 @@ func poll(ctx context.Context, what string, limit time.Duration, cond func() (bo
 		if ok && err == nil {
 			return nil
 		}
+		var stop permanent
+		if errors.As(err, &stop) {
+			return fmt.Errorf("%s: %w", what, err)
+		}
 		if err != nil {
 			last = err
 		}
@@ -61,6 +66,10 @@ func poll(ctx context.Context, what string, limit time.Duration, cond func() (bo
 		}
 	}
 }
+
+// permanent is an error of a condition that waiting cannot mend: poll
+// returns it at once.
+type permanent struct{ error }
 
 func waitFor(t *testing.T, what string, limit time.Duration, cond func() (bool, error)) {
 	t.Helper()
@@ -143,6 +152,13 @@ func (w *world) waitDeployment(ctx context.Context, limit time.Duration) error {
 			return false, nil
 		}
 		for _, p := range pods {
+			for _, c := range p.Status.ContainerStatuses {
+				if w := c.State.Waiting; w != nil && hopeless[w.Reason] {
+					return false, permanent{fmt.Errorf("Pod %s cannot run: %s: %s", p.Name, w.Reason, w.Message)}
+				}
+			}
+		}
+		for _, p := range pods {
 			if p.Status.Phase != corev1.PodRunning || !ready(p) {
 				return false, nil
 			}
@@ -153,6 +169,12 @@ func (w *world) waitDeployment(ctx context.Context, limit time.Duration) error {
 		return fmt.Errorf("%w: %s", err, last)
 	}
 	return nil
+}
+
+// hopeless are the reasons a container waits that no wait mends.
+var hopeless = map[string]bool{
+	"CrashLoopBackOff": true, "ErrImagePull": true, "ImagePullBackOff": true, "InvalidImageName": true,
+	"CreateContainerError": true, "CreateContainerConfigError": true, "RunContainerError": true,
 }
 
 func describePods(pods []corev1.Pod) string {
