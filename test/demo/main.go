@@ -63,7 +63,7 @@ func run(ctx context.Context) error {
 	}
 	say("Starting a local kube-apiserver v1.37.2 and etcd v3.7.0 (built from Go modules into bin/)")
 	c, err := cluster.Start(ctx, cluster.Options{
-		Log: func(f string, a ...any) { say("  "+f, a...) },
+		Log:    func(f string, a ...any) { say("  "+f, a...) },
 		Tokens: demoTokens(),
 	})
 	if err != nil {
