@@ -15,8 +15,8 @@ import (
 //     that this ends in 1.38);
 //   - failSwapOn: false and enforceNodeAllocatable: [], as the machine is
 //     not the kubelet's alone;
-//   - anonymous access with AlwaysAllow, on loopback only, so that the API
-//     server reaches it for logs with no client certificate;
+//   - anonymous access with AlwaysAllow, on the bridge's gateway only, so
+//     that the API server reaches it for logs with no client certificate;
 //   - no image garbage collection and no disk eviction, whatever else the
 //     machine keeps on its disk.
 const kubeletConfig = `apiVersion: kubelet.config.k8s.io/v1beta1
@@ -27,7 +27,7 @@ failSwapOn: false
 enforceNodeAllocatable: []
 containerRuntimeEndpoint: unix://%[1]s
 podLogsDirectory: %[2]s
-address: 127.0.0.1
+address: %[3]s
 healthzBindAddress: 127.0.0.1
 readOnlyPort: 0
 authentication:
@@ -45,7 +45,7 @@ nodeStatusUpdateFrequency: 4s
 // it, and waits for its Node to be Ready.
 func (n *Node) startKubelet(ctx context.Context, say func(string, ...any)) error {
 	config := filepath.Join(n.Dir, "kubelet.yaml")
-	if err := os.WriteFile(config, fmt.Appendf(nil, kubeletConfig, n.socket, filepath.Join(n.Dir, "pod-logs")), 0o600); err != nil {
+	if err := os.WriteFile(config, fmt.Appendf(nil, kubeletConfig, n.socket, filepath.Join(n.Dir, "pod-logs"), nodeGateway), 0o600); err != nil {
 		return err
 	}
 	kubeconfig := filepath.Join(n.Dir, "kubelet.kubeconfig")
@@ -61,8 +61,11 @@ func (n *Node) startKubelet(ctx context.Context, say func(string, ...any)) error
 		"--cert-dir", filepath.Join(n.Dir, "kubelet-certs"),
 		"--hostname-override", n.Name,
 		// The API server reaches the kubelet at the Node's InternalIP
-		// (kubectl logs), never by name through DNS.
-		"--node-ip", "127.0.0.1",
+		// (kubectl logs), never by name through DNS. Not 127.0.0.1: the
+		// kubelet then sets no address at all on the Node ("nodeIP can't
+		// be loopback address"); the bridge's gateway is this machine's
+		// too, and nothing outside reaches it.
+		"--node-ip", nodeGateway,
 		"--v", "1",
 	)
 	if err != nil {
