@@ -37,6 +37,9 @@ type world struct {
 	// layout is the image under test; repository where it was pushed
 	// (registry/name), tag its tag there.
 	layout, repository, tag string
+	// binarySHA is the sha256 of the image's /kargo-latch for this
+	// machine.
+	binarySHA string
 	// kubeconfig is the admin's, for helm.
 	kubeconfig, helmHome string
 }
@@ -103,7 +106,7 @@ func (w *world) setUp(ctx context.Context, say func(string, ...any)) error {
 		return err
 	}
 	_ = cleanup // the layout outlives the tests when it is `make image-for-tests`'s
-	if _, err := ociimage.CheckLayoutIsTree(ctx, w.cluster.Root, layout); err != nil {
+	if w.binarySHA, err = ociimage.CheckLayoutIsTree(ctx, w.cluster.Root, layout); err != nil {
 		return err
 	}
 	w.layout = layout
