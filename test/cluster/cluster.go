@@ -113,7 +113,6 @@ func Start(ctx context.Context, opts Options) (_ *Cluster, err error) {
 	if err := c.writeAuthFiles(opts.Tokens); err != nil {
 		return nil, err
 	}
-	host := "127.0.0.1:" + strconv.Itoa(ports[2])
 	c.apiserverArgs = []string{
 		"--etcd-servers", etcdURL,
 		"--bind-address", "127.0.0.1", "--secure-port", strconv.Itoa(ports[2]),
@@ -127,7 +126,7 @@ func Start(ctx context.Context, opts Options) (_ *Cluster, err error) {
 		"--disable-admission-plugins", "ServiceAccount",
 	}
 	c.apiserverArgs = overrideArgs(c.apiserverArgs, opts.APIServerArgs)
-	host = argValue(c.apiserverArgs, "--bind-address") + ":" + argValue(c.apiserverArgs, "--secure-port")
+	host := argValue(c.apiserverArgs, "--bind-address") + ":" + argValue(c.apiserverArgs, "--secure-port")
 	say("starting kube-apiserver on https://%s", host)
 	if c.apiserver, err = c.start("kube-apiserver", c.apiserverArgs...); err != nil {
 		return nil, err

@@ -153,7 +153,7 @@ func (n *Node) buildPauseImage(ctx context.Context) (string, error) {
 	if err := tw.Close(); err != nil {
 		return "", err
 	}
-	l, err := tarball.LayerFromReader(bytes.NewReader(layer.Bytes()))
+	l, err := tarball.LayerFromOpener(func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(layer.Bytes())), nil })
 	if err != nil {
 		return "", err
 	}

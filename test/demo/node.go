@@ -92,7 +92,8 @@ func setUpOnNode(ctx context.Context, c *cluster.Cluster, n *cluster.Node) (*dem
 	helm := exec.CommandContext(ctx, filepath.Join(c.Root, "bin", "helm"), "install", "kargo-latch", filepath.Join(c.Root, "charts", "kargo-latch"),
 		"--namespace", "kargo-latch", "--create-namespace", "--kubeconfig", d.adminKubeconfig,
 		"--set", "image.repository="+repository, "--set", "image.tag="+tag,
-		"--set", "controller.namespaces={"+project+"}", "--set", "markVerified.installRights=true")
+		"--set", "controller.namespaces={"+project+"}", "--set", "markVerified.installRights=true",
+		"--set", "crds.install=false") // the test cluster has the CRD
 	helm.Env = append(os.Environ(), "HELM_CACHE_HOME="+filepath.Join(c.Dir, "helm"), "HELM_CONFIG_HOME="+filepath.Join(c.Dir, "helm"), "HELM_DATA_HOME="+filepath.Join(c.Dir, "helm"))
 	if out, err := helm.CombinedOutput(); err != nil {
 		return nil, fmt.Errorf("helm install: %w\n%s", err, out)

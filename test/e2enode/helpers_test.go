@@ -148,7 +148,7 @@ func (w *world) waitDeployment(ctx context.Context, limit time.Duration) error {
 		last = fmt.Sprintf("generation %d/%d, %d updated, %d available of %d; pods: %s", d.Status.ObservedGeneration, d.Generation,
 			d.Status.UpdatedReplicas, d.Status.AvailableReplicas, want, describePods(pods))
 		if d.Status.ObservedGeneration < d.Generation || d.Status.UpdatedReplicas != want ||
-			d.Status.AvailableReplicas != want || d.Status.Replicas != want || int32(len(pods)) != want { //nolint:gosec // a handful of Pods
+			d.Status.AvailableReplicas != want || d.Status.Replicas != want || int32(len(pods)) != want {
 			return false, nil
 		}
 		for _, p := range pods {
@@ -329,22 +329,23 @@ func (w *world) pauses(t *testing.T, s *driver.Stage) []string {
 	must(t, err)
 	var names []string
 	for _, p := range l.Items {
-		if stage, _, _ := unstructuredString(p.Object, "spec", "stage"); stage == s.Name {
+		if unstructuredString(p.Object, "spec", "stage") == s.Name {
 			names = append(names, p.GetName())
 		}
 	}
 	return names
 }
 
-func unstructuredString(obj map[string]any, fields ...string) (string, bool, error) {
+// unstructuredString is the string at fields in obj, or "".
+func unstructuredString(obj map[string]any, fields ...string) string {
 	var cur any = obj
 	for _, f := range fields {
 		m, ok := cur.(map[string]any)
 		if !ok {
-			return "", false, nil
+			return ""
 		}
 		cur = m[f]
 	}
-	s, ok := cur.(string)
-	return s, ok, nil
+	s, _ := cur.(string)
+	return s
 }

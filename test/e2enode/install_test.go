@@ -3,8 +3,8 @@ package e2enode
 import (
 	"bufio"
 	"context"
-	"fmt"
 	"os"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -190,13 +190,13 @@ func memoryLimit(t *testing.T, proc string) int64 {
 	for _, line := range strings.Split(string(b), "\n") {
 		parts := strings.SplitN(line, ":", 3)
 		if len(parts) == 3 && slices.Contains(strings.Split(parts[1], ","), "memory") {
-			v, err := os.ReadFile("/sys/fs/cgroup/memory" + parts[2] + "/memory.limit_in_bytes")
+			v, err := os.ReadFile(filepath.Join("/sys/fs/cgroup/memory", filepath.Clean("/"+parts[2]), "memory.limit_in_bytes")) //nolint:gosec // the container's cgroup, as the kernel names it
 			must(t, err)
 			n, err := strconv.ParseInt(strings.TrimSpace(string(v)), 10, 64)
 			must(t, err)
 			return n
 		}
 	}
-	t.Fatal(fmt.Sprintf("%s/cgroup has no memory controller:\n%s", proc, b))
+	t.Fatalf("%s/cgroup has no memory controller:\n%s", proc, b)
 	return 0
 }
