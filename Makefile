@@ -261,3 +261,71 @@ demo: $(APISERVER) $(ROLLOUTS) build
 
 clean:
 	rm -rf $(BIN) dist
+
+# ---------------------------------------------------------------------------
+# The node: the chart's Deployment of the image on a real kubelet
+# (docs/development.md, "The node"). Everything it needs is here.
+# ---------------------------------------------------------------------------
+
+.PHONY: e2e-node node node-runtime
+
+# Prometheus with the Kubernetes service discovery alone, for the node's
+# Pods: bin/prometheus leaves every discovery out (remove_all_sd).
+PROMETHEUS_KUBERNETES_SD := $(BIN)/prometheus-kubernetes-sd
+
+## e2e-node: install the chart on a real node (kubelet, kube-scheduler,
+## containerd, runc, CNI) next to the test cluster, with the image pulled
+## from a registry on loopback, and check what only Pods show (test/e2enode).
+## Needs root. The first run builds kubelet and kube-scheduler and installs
+## Debian's containerd, runc and CNI plugins.
+e2e-node: cluster node $(BIN)/helm $(PROMETHEUS_KUBERNETES_SD) image-for-tests
+	$(IMAGE_ENV) KARGO_LATCH_E2E_NODE=1 $(GO) test -count=1 -timeout=20m -v ./test/e2enode | grep -E '^(=== RUN|--- |ok|FAIL|PASS|panic)|_test.go:[0-9]+: |node: '; exit $${PIPESTATUS[0]}
+
+## node: build kubelet and kube-scheduler v1.37.2 into bin/ and install the
+## container runtime, only what is missing.
+node: $(BIN)/kubelet $(BIN)/kube-scheduler node-runtime
+
+# Built after kube-apiserver, whose compiled packages they partly share.
+$(BIN)/kubelet: $(BIN)/kube-apiserver
+	@echo ">> Building kubelet v1.37.2 from Go modules into bin/ (first run only; about 1-3 minutes after kube-apiserver)..."
+	cd test/tools && $(GO) build -v -o $(BIN)/kubelet k8s.io/kubernetes/cmd/kubelet 2>&1 | \
+		awk '{ n++; if (n % 100 == 0) printf("   ... %d packages compiled\n", n); fflush() } END { printf("   ... done (%d packages)\n", n) }'
+	@test -x $@ || (echo "building kubelet failed; run: cd test/tools && go build k8s.io/kubernetes/cmd/kubelet" && exit 1)
+
+$(BIN)/kube-scheduler: $(BIN)/kube-apiserver
+	@echo ">> Building kube-scheduler v1.37.2 from Go modules into bin/ (first run only; about 1-2 minutes after kube-apiserver)..."
+	cd test/tools && $(GO) build -v -o $(BIN)/kube-scheduler k8s.io/kubernetes/cmd/kube-scheduler 2>&1 | \
+		awk '{ n++; if (n % 100 == 0) printf("   ... %d packages compiled\n", n); fflush() } END { printf("   ... done (%d packages)\n", n) }'
+	@test -x $@ || (echo "building kube-scheduler failed; run: cd test/tools && go build k8s.io/kubernetes/cmd/kube-scheduler" && exit 1)
+
+# Debian's containerd, runc and CNI plugins (in /usr/lib/cni), installed
+# only when missing, with one apt-get update. iptables is the bridge
+# plugin's, for the Pods' masquerade and port maps.
+node-runtime:
+	@missing=""; \
+	command -v containerd >/dev/null || missing="$$missing containerd"; \
+	command -v runc >/dev/null || missing="$$missing runc"; \
+	test -x /usr/lib/cni/bridge || missing="$$missing containernetworking-plugins"; \
+	command -v iptables >/dev/null || missing="$$missing iptables"; \
+	if [ -n "$$missing" ]; then \
+		echo ">> Installing$$missing from Debian (apt-get update, then apt-get install; first run only, needs root)..."; \
+		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $$missing >/dev/null || exit 1; \
+		echo "   ... done: $$(containerd --version)"; \
+	fi
+
+# Built like bin/prometheus above.
+$(PROMETHEUS_KUBERNETES_SD):
+	@echo ">> Building prometheus with the Kubernetes service discovery into bin/ (first run only; about 1-3 minutes on 2 cores)..."
+	cd test/tools/prometheus && $(GO) mod download github.com/prometheus/prometheus && \
+	version=$$(cat "$$($(GO) list -m -f '{{.Dir}}' github.com/prometheus/prometheus)/VERSION") && \
+	$(GO) build -v -tags remove_all_sd,enable_kubernetes_sd -ldflags "-X github.com/prometheus/common/version.Version=$$version" \
+		-o $@ github.com/prometheus/prometheus/cmd/prometheus 2>&1 | \
+		awk '{ n++; if (n % 100 == 0) printf("   ... %d packages compiled\n", n); fflush() } END { printf("   ... done (%d packages)\n", n) }'
+	@test -x $@ || (echo "building $(@F) failed; run: cd test/tools/prometheus && go build -tags remove_all_sd,enable_kubernetes_sd github.com/prometheus/prometheus/cmd/prometheus" && exit 1)
+
+# DEMO_NODE=1 make demo: the demo's stories with the chart's Pods on the
+# node (test/demo/node.go), of the tests' image.
+ifdef DEMO_NODE
+demo: node $(BIN)/kube-controller-manager $(BIN)/helm image-for-tests
+export KARGO_LATCH_IMAGE := $(TEST_IMAGE_DIR)/image
+endif

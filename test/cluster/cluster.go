@@ -57,6 +57,10 @@ type Options struct {
 	// namespace and garbage-collector controllers, so deleting a namespace
 	// empties it and ownerReferences are honoured, as in a real cluster.
 	ControllerManager bool
+	// APIServerArgs replace kube-apiserver's flags of the same names, or
+	// add them; an empty value drops the flag (apiserverargs.go). The
+	// node (node.go) binds the API server where its Pods reach it.
+	APIServerArgs map[string]string
 }
 
 // Start runs etcd and kube-apiserver and waits until the apiserver is ready
@@ -109,8 +113,6 @@ func Start(ctx context.Context, opts Options) (_ *Cluster, err error) {
 	if err := c.writeAuthFiles(opts.Tokens); err != nil {
 		return nil, err
 	}
-	host := "127.0.0.1:" + strconv.Itoa(ports[2])
-	say("starting kube-apiserver on https://%s", host)
 	c.apiserverArgs = []string{
 		"--etcd-servers", etcdURL,
 		"--bind-address", "127.0.0.1", "--secure-port", strconv.Itoa(ports[2]),
@@ -123,6 +125,9 @@ func Start(ctx context.Context, opts Options) (_ *Cluster, err error) {
 		"--service-cluster-ip-range", "10.0.0.0/24",
 		"--disable-admission-plugins", "ServiceAccount",
 	}
+	c.apiserverArgs = overrideArgs(c.apiserverArgs, opts.APIServerArgs)
+	host := argValue(c.apiserverArgs, "--bind-address") + ":" + argValue(c.apiserverArgs, "--secure-port")
+	say("starting kube-apiserver on https://%s", host)
 	if c.apiserver, err = c.start("kube-apiserver", c.apiserverArgs...); err != nil {
 		return nil, err
 	}

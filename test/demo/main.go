@@ -7,7 +7,8 @@
 // configured analysis started by kargo-latch and run by Argo Rollouts' real
 // analysis controller, and the Freight marked verified so that it flows
 // downstream; then a failure that pauses a Stage until a person resumes it.
-// Run it with `make demo`; DEMO_KEEP=1 keeps the cluster up.
+// Run it with `make demo`; DEMO_KEEP=1 keeps the cluster up; DEMO_NODE=1
+// runs kargo-latch as the chart's Pods on a real node instead (node.go).
 package main
 
 import (
@@ -59,14 +60,13 @@ func main() {
 }
 
 func run(ctx context.Context) error {
+	if os.Getenv("DEMO_NODE") != "" {
+		return runOnNode(ctx)
+	}
 	say("Starting a local kube-apiserver v1.37.2 and etcd v3.7.0 (built from Go modules into bin/)")
 	c, err := cluster.Start(ctx, cluster.Options{
-		Log: func(f string, a ...any) { say("  "+f, a...) },
-		Tokens: []string{
-			kargoToken + ",system:serviceaccount:kargo:kargo-controller,kargo-controller,",
-			devToken + ",dev,dev,",
-			leadToken + ",lead,lead,",
-		},
+		Log:    func(f string, a ...any) { say("  "+f, a...) },
+		Tokens: demoTokens(),
 	})
 	if err != nil {
 		return err
@@ -98,6 +98,15 @@ func run(ctx context.Context) error {
 		return d.keep(ctx)
 	}
 	return nil
+}
+
+// demoTokens are the static users of the demo's people and Kargo.
+func demoTokens() []string {
+	return []string{
+		kargoToken + ",system:serviceaccount:kargo:kargo-controller,kargo-controller,",
+		devToken + ",dev,dev,",
+		leadToken + ",lead,lead,",
+	}
 }
 
 type demo struct {

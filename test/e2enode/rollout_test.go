@@ -1,0 +1,121 @@
+package e2enode
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/google/go-containerregistry/pkg/name"
+	"github.com/google/go-containerregistry/pkg/v1/remote"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/kargo-latch/kargo-latch/api/v1alpha1"
+	"github.com/kargo-latch/kargo-latch/hack/image/ociimage"
+	"github.com/kargo-latch/kargo-latch/latch"
+	"github.com/kargo-latch/kargo-latch/test/driver"
+)
+
+// TestRollingUpdateKeepsEveryPromise: `helm upgrade` to a new image tag
+// rolls the Deployment (new Pods, the old ones stopped one by one) while
+// Stages keep failing, one after another. Every failed Stage is paused
+// exactly once, a Stage a person resumed before the update stays resumed,
+// and a latched Stage stays latched.
+func TestRollingUpdateKeepsEveryPromise(t *testing.T) {
+	ctx := context.Background()
+	project := env.newProject(t)
+	latched := env.createStage(t, project, "latched")
+	promoteAndLatch(t, latched)
+	resumed := env.createStage(t, project, "resumed")
+	fail(t, resumed)
+	waitPaused(t, resumed, true, waitLimit)
+	for _, p := range env.pauses(t, resumed) {
+		must(t, env.dyn.Resource(v1alpha1.StagePausesResource).Namespace(project).Delete(ctx, p, metav1.DeleteOptions{}))
+	}
+	waitPaused(t, resumed, false, waitLimit)
+
+	// The same image under a new tag: what changes is the Deployment's
+	// template, so a new ReplicaSet replaces the Pods.
+	newTag := env.tag + "-rolled"
+	idx, _, err := ociimage.ReadLayout(env.layout)
+	must(t, err)
+	tag, err := name.NewTag(env.repository + ":" + newTag)
+	must(t, err)
+	must(t, remote.WriteIndex(tag, idx, remote.WithContext(ctx)))
+	before, err := env.pods(ctx)
+	must(t, err)
+	if out, err := env.helm(ctx, "upgrade", release, env.cluster.Root+"/charts/kargo-latch", "--namespace", releaseNS,
+		"--reuse-values", "--set", "image.tag="+newTag, "--wait=false"); err != nil {
+		t.Fatalf("helm upgrade: %v\n%s", err, out)
+	}
+	t.Cleanup(func() {
+		// Later tests find the release as installed.
+		if out, err := env.helm(context.Background(), "upgrade", release, env.cluster.Root+"/charts/kargo-latch", "--namespace", releaseNS,
+			"--reuse-values", "--set", "image.tag="+env.tag, "--wait=false"); err != nil {
+			t.Errorf("helm upgrade back: %v\n%s", err, out)
+		}
+		if err := env.waitDeployment(context.Background(), 2*time.Minute); err != nil {
+			t.Error(err)
+		}
+	})
+
+	// Churn: a Stage fails, is paused, and the next one fails, until the
+	// rollout is over, and twice more after.
+	var failed []*driver.Stage
+	after := 0
+	for i := 0; after < 2 && i < 30; i++ {
+		done := rolledOut(ctx, newTag)
+		s := env.createStage(t, project, fmt.Sprintf("churn-%02d", i))
+		fail(t, s)
+		waitPaused(t, s, true, failoverLimit)
+		failed = append(failed, s)
+		if done {
+			after++
+		}
+	}
+	must(t, env.waitDeployment(ctx, 2*time.Minute))
+	now, err := env.pods(ctx)
+	must(t, err)
+	for _, p := range now {
+		for _, old := range before {
+			if p.Name == old.Name {
+				t.Errorf("Pod %s of before the update still runs", p.Name)
+			}
+		}
+		if img := p.Spec.Containers[0].Image; img != env.repository+":"+newTag {
+			t.Errorf("Pod %s runs %s after the update", p.Name, img)
+		}
+	}
+	t.Logf("%d Stages failed during and after the rollout", len(failed))
+	for _, s := range failed {
+		if got := env.pauses(t, s); len(got) != 1 {
+			t.Errorf("Stage %s has StagePauses %v, want exactly 1", s.Name, got)
+		}
+	}
+	if p, err := isPaused(resumed); err != nil || p || len(env.pauses(t, resumed)) != 0 {
+		t.Errorf("the resumed Stage is paused again (%v, %v)", p, err)
+	}
+	r, err := record(latched)
+	must(t, err)
+	if r.Phase != latch.PhaseLatched {
+		t.Errorf("the latched Stage is %s after the update, want %s", r.Phase, latch.PhaseLatched)
+	}
+}
+
+// rolledOut tells whether every Pod of the release runs tag, and only
+// those.
+func rolledOut(ctx context.Context, tag string) bool {
+	if env.waitDeployment(ctx, 0) != nil {
+		return false
+	}
+	pods, err := env.pods(ctx)
+	if err != nil {
+		return false
+	}
+	for _, p := range pods {
+		if p.Spec.Containers[0].Image != env.repository+":"+tag {
+			return false
+		}
+	}
+	return true
+}
