@@ -146,7 +146,8 @@ func incidentPause() *unstructured.Unstructured {
 func TestWaitForResumedWatchesTheStagesPromotions(t *testing.T) {
 	t.Parallel()
 	client := fakeClient(prodStage(kargoView{}, latch.Record{}), incidentPause())
-	w := startWait(t.Context(), client, waitOptions{condition: "resumed", timeout: 500 * time.Millisecond})
+	// Long enough to report progress on a busy machine before it times out.
+	w := startWait(t.Context(), client, waitOptions{condition: "resumed", timeout: 3 * time.Second})
 	w.progressed(t, "the Stage is paused by StagePause inc-1")
 	if err := w.result(t); exitCode(err, true) != ExitTimeout {
 		t.Fatalf("wait: %v, want a timeout", err)
