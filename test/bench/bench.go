@@ -59,7 +59,7 @@ func newBench(ctx context.Context, c *cluster.Cluster, o options) (*bench, error
 	kube := kubernetes.NewForConfigOrDie(c.Config)
 	b.kube = kube
 	for _, ns := range []string{busyNS, wideNS} {
-		if _, err := kube.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil {
+		if _, err := kube.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns, Labels: map[string]string{"kargo.akuity.io/project": "true"}}}, metav1.CreateOptions{}); err != nil {
 			return nil, err
 		}
 	}

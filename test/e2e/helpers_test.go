@@ -34,7 +34,10 @@ func (w *world) newProject(t *testing.T) string {
 	b := make([]byte, 3)
 	_, _ = rand.Read(b)
 	name = strings.Trim(name[:min(len(name), 50)], "-") + "-" + hex.EncodeToString(b)
-	_, err := w.kube.CoreV1().Namespaces().Create(context.Background(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name}}, metav1.CreateOptions{})
+	_, err := w.kube.CoreV1().Namespaces().Create(context.Background(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{
+		// As Kargo's management controller labels a project's namespace.
+		Name: name, Labels: map[string]string{"kargo.akuity.io/project": "true"},
+	}}, metav1.CreateOptions{})
 	must(t, err)
 	return name
 }

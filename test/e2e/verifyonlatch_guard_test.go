@@ -51,11 +51,13 @@ func TestVerifyOnLatchGuard(t *testing.T) {
 			"ClusterRole/kargo-latch-verify-on-latch", "ClusterRoleBinding/kargo-latch-verify-on-latch":
 			install = append(install, o)
 		case "ValidatingAdmissionPolicy/kargo-latch-verify-on-latch-only",
-			"ValidatingAdmissionPolicyBinding/kargo-latch-verify-on-latch-only":
+			"ValidatingAdmissionPolicyBinding/kargo-latch-verify-on-latch-only",
+			"ValidatingAdmissionPolicy/kargo-latch-verify-on-latch-marker",
+			"ValidatingAdmissionPolicyBinding/kargo-latch-verify-on-latch-marker":
 			policies = append(policies, o)
 		}
 	}
-	if len(install) != 3 || len(policies) != 2 {
+	if len(install) != 3 || len(policies) != 4 {
 		t.Fatalf("the component's build lacks its rights or its guard: %d and %d objects", len(install), len(policies))
 	}
 	must(t, applyObjects(install))
@@ -111,6 +113,26 @@ func TestVerifyOnLatchGuard(t *testing.T) {
 	})
 	kargos, err := asAdmin.Create(ctx, analysisRun("test.01kargo.abc123", without("kargo-latch.io/started-by")), metav1.CreateOptions{})
 	must(t, err)
+
+	// Nobody else may mark a run as kargo-latch's (it would adopt it, and
+	// mark Freight verified on its result): not at create, not later.
+	marker := prefix + "kargo-latch-verify-on-latch-marker"
+	if _, err := asAdmin.Create(ctx, analysisRun("test.planted.abc123", ours), metav1.CreateOptions{}); !deniedBy(err, marker) {
+		t.Errorf("a person creating a run with kargo-latch's marker: %v, want refused by %s", err, marker)
+	}
+	b, _ := json.Marshal(map[string]any{"metadata": map[string]any{"labels": map[string]any{"kargo-latch.io/started-by": "kargo-latch"}}})
+	if _, err := asAdmin.Patch(ctx, kargos.GetName(), types.MergePatchType, b, metav1.PatchOptions{}); !deniedBy(err, marker) {
+		t.Errorf("a person marking Kargo's run as kargo-latch's: %v, want refused by %s", err, marker)
+	}
+	// Nor in a namespace that is no Kargo project's, for the operator.
+	other := env.newProject(t)
+	_, err = env.kube.CoreV1().Namespaces().Patch(ctx, other, types.MergePatchType,
+		[]byte(`{"metadata":{"labels":{"kargo.akuity.io/project":null}}}`), metav1.PatchOptions{})
+	must(t, err)
+	isolateNamespace(t, other, tag)
+	if _, err := dynamic.NewForConfigOrDie(operator).Resource(analysisRuns).Namespace(other).Create(ctx, analysisRun("elsewhere", ours), dryRun); !deniedBy(err, guard) {
+		t.Errorf("the operator creating a run outside a project: %v, want refused by %s", err, guard)
+	}
 
 	patch := func(name string, body map[string]any) error {
 		b, _ := json.Marshal(body)
