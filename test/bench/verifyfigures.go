@@ -90,10 +90,10 @@ func (b *bench) pingBaseline(ctx context.Context, reserved, n int) ([]time.Durat
 		value := "verify-" + strconv.Itoa(i)
 		t0 := time.Now()
 		patch := fmt.Sprintf(`{"metadata":{"annotations":{"bench/ping":%q}}}`, value)
-		if _, err := b.dyn.Resource(kargo.StagesResource).Namespace(busyNS).Patch(ctx, s.Name, types.MergePatchType, []byte(patch), metav1.PatchOptions{}); err != nil {
+		if _, err := b.dyn.Resource(kargo.StagesResource).Namespace(s.Namespace).Patch(ctx, s.Name, types.MergePatchType, []byte(patch), metav1.PatchOptions{}); err != nil {
 			return nil, err
 		}
-		seen, err := b.watcher.waitPing(ctx, busyNS, s.Name, value)
+		seen, err := b.watcher.waitPing(ctx, s.Namespace, s.Name, value)
 		if err != nil {
 			return nil, err
 		}
@@ -125,7 +125,7 @@ func (b *bench) verifySamples(ctx context.Context, stages []*driver.Stage) (crea
 		if err := s.SetBusyHealth(ctx, kargo.HealthProgressing, appsHealthyBut(last)); err != nil {
 			return nil, nil, err
 		}
-		r, err := b.watcher.waitRecord(ctx, busyNS, s.Name, func(r latch.Record) bool {
+		r, err := b.watcher.waitRecord(ctx, s.Namespace, s.Name, func(r latch.Record) bool {
 			return r.Promotion == promotion && r.Phase == latch.PhasePromoted && len(r.AppsHealthy) == last
 		})
 		if err != nil {
@@ -137,12 +137,12 @@ func (b *bench) verifySamples(ctx context.Context, stages []*driver.Stage) (crea
 		if err := s.SetBusyHealth(ctx, kargo.HealthProgressing, appsHealthyBut(0)); err != nil {
 			return nil, nil, err
 		}
-		run, err := b.verify.waitRun(ctx, busyNS, s.Name, r.FreightID)
+		run, err := b.verify.waitRun(ctx, s.Namespace, s.Name, r.FreightID)
 		if err != nil {
 			return nil, nil, err
 		}
 		created = append(created, run.seen.Sub(t0)-verifyGrace)
-		if _, err := b.watcher.waitRecord(ctx, busyNS, s.Name, func(r latch.Record) bool {
+		if _, err := b.watcher.waitRecord(ctx, s.Namespace, s.Name, func(r latch.Record) bool {
 			return r.Promotion == promotion && r.Phase == latch.PhaseLatched && r.LatchedBy == latch.LatchedByApps &&
 				r.Analysis.ByKargoLatch() && r.Analysis.Run == run.name
 		}); err != nil {
@@ -151,10 +151,10 @@ func (b *bench) verifySamples(ctx context.Context, stages []*driver.Stage) (crea
 
 		// The analysis controller picks the run up; the record follows.
 		started := time.Now()
-		if _, err := b.finishRun(ctx, busyNS, run.name, "Running", started); err != nil {
+		if _, err := b.finishRun(ctx, s.Namespace, run.name, "Running", started); err != nil {
 			return nil, nil, err
 		}
-		if _, err := b.watcher.waitRecord(ctx, busyNS, s.Name, func(r latch.Record) bool {
+		if _, err := b.watcher.waitRecord(ctx, s.Namespace, s.Name, func(r latch.Record) bool {
 			return r.Promotion == promotion && r.Analysis != nil && r.Analysis.Phase == latch.VerificationRunning
 		}); err != nil {
 			return nil, nil, err
@@ -162,11 +162,11 @@ func (b *bench) verifySamples(ctx context.Context, stages []*driver.Stage) (crea
 
 		// V2: the run's result written → verifiedIn seen on the Freight.
 		t1 := time.Now()
-		completedAt, err := b.finishRun(ctx, busyNS, run.name, "Successful", started)
+		completedAt, err := b.finishRun(ctx, s.Namespace, run.name, "Successful", started)
 		if err != nil {
 			return nil, nil, err
 		}
-		mark, err := b.watcher.waitVerified(ctx, busyNS, freight, s.Name)
+		mark, err := b.watcher.waitVerified(ctx, s.Namespace, freight, s.Name)
 		if err != nil {
 			return nil, nil, err
 		}
@@ -175,7 +175,7 @@ func (b *bench) verifySamples(ctx context.Context, stages []*driver.Stage) (crea
 		if mark.verifiedAt != completedAt {
 			return nil, nil, fmt.Errorf("freight %s: verifiedIn.%s.verifiedAt is %q, want the run's completedAt %s", freight, s.Name, mark.verifiedAt, completedAt)
 		}
-		if _, err := b.watcher.waitRecord(ctx, busyNS, s.Name, func(r latch.Record) bool {
+		if _, err := b.watcher.waitRecord(ctx, s.Namespace, s.Name, func(r latch.Record) bool {
 			return r.Promotion == promotion && marked(r, freight) && r.Analysis != nil && r.Analysis.Phase == latch.VerificationSuccessful
 		}); err != nil {
 			return nil, nil, err
