@@ -43,12 +43,18 @@ type bench struct {
 	kubecfg   string
 	book      promotionBook
 	load      load
+	// verify is the verify-on-latch figures' set-up (verify.go).
+	verify *verifySetup
 }
 
 func newBench(ctx context.Context, c *cluster.Cluster, o options) (*bench, error) {
 	b := &bench{o: o, c: c, dyn: dynamic.NewForConfigOrDie(c.Config), operators: newOperators(c.Dir, o.shards),
 		book: promotionBook{names: map[*driver.Stage][]string{}, running: map[*driver.Stage]bool{}}}
 	b.kargo = driver.New(b.dyn)
+	// verify-on-latch needs Argo Rollouts' CRDs (figures V1 and V2).
+	if err := c.InstallRolloutsCRDs(ctx); err != nil {
+		return nil, err
+	}
 	objs, err := installManifests(c)
 	if err != nil {
 		return nil, err
@@ -75,25 +81,29 @@ func newBench(ctx context.Context, c *cluster.Cluster, o options) (*bench, error
 	for _, ns := range []string{busyNS, wideNS} {
 		go b.watcher.run(ctx, ns)
 	}
+	if b.verify, err = b.prepareVerify(ctx); err != nil {
+		return nil, err
+	}
 	return b, nil
 }
 
 // installManifests builds manifests/default with the opt-in mark-verified
-// component, as an installation that turns mark-verified on would.
+// and verify-on-latch components, as an installation that turns them on
+// would.
 func installManifests(c *cluster.Cluster) ([]*unstructured.Unstructured, error) {
 	overlay := filepath.Join(c.Dir, "bench-install")
 	if err := os.MkdirAll(overlay, 0o700); err != nil {
 		return nil, err
 	}
-	var rel [2]string
-	for i, dir := range []string{"default", filepath.Join("components", "mark-verified")} {
+	var rel [3]string
+	for i, dir := range []string{"default", filepath.Join("components", "mark-verified"), filepath.Join("components", "verify-on-latch")} {
 		r, err := filepath.Rel(overlay, filepath.Join(c.Root, "manifests", dir))
 		if err != nil {
 			return nil, err
 		}
 		rel[i] = r
 	}
-	k := fmt.Sprintf("apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\nresources: [%q]\ncomponents: [%q]\n", rel[0], rel[1])
+	k := fmt.Sprintf("apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\nresources: [%q]\ncomponents: [%q, %q]\n", rel[0], rel[1], rel[2])
 	if err := os.WriteFile(filepath.Join(overlay, "kustomization.yaml"), []byte(k), 0o600); err != nil {
 		return nil, err
 	}
@@ -166,10 +176,14 @@ func (b *bench) createStages(ctx context.Context, ns string, n int, busy bool) (
 		if busy {
 			opts = append(opts, driver.WithBusyApps())
 		}
+		annotations := map[string]string{api.PauseOnFailureAnnotation: "true"}
+		if busy && b.verifies(i) {
+			opts = b.verify.stageOptions(annotations, opts)
+		}
 		wg.Go(func() {
 			sem <- struct{}{}
 			defer func() { <-sem }()
-			s, err := b.kargo.CreateStage(ctx, ns, fmt.Sprintf("stage-%05d", i), map[string]string{api.PauseOnFailureAnnotation: "true"}, opts...)
+			s, err := b.kargo.CreateStage(ctx, ns, fmt.Sprintf("stage-%05d", i), annotations, opts...)
 			if err == nil {
 				if busy {
 					err = s.WriteBusyStatus(ctx, kargo.HealthHealthy)

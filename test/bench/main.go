@@ -88,7 +88,8 @@ func run(ctx context.Context, o options) error {
 	}
 	defer b.stopOperators()
 	var rows []row
-	steps := []func(context.Context) ([]row, error){b.setUp, b.reaction, b.projectWide, b.memoryAndColdStart, b.writtenByShards}
+	steps := []func(context.Context) ([]row, error){b.setUp, b.reaction, b.projectWide, b.memoryAndColdStart, b.writtenByShards,
+		b.verifyOnLatch}
 	for _, step := range steps {
 		r, err := step(ctx)
 		if err != nil {

@@ -70,6 +70,7 @@ func (b *bench) start(op *operator) error {
 	if op.shard != "" {
 		args = append(args, "--shard", op.shard)
 	}
+	args = append(args, verifyArgs...)
 	op.cmd = exec.Command(binPath(b.c, "kargo-latch"), args...)
 	op.cmd.Stdout, op.cmd.Stderr = log, log
 	// As manifests/base/deployment.yaml runs it.
