@@ -45,7 +45,7 @@ func runCLI(t *testing.T, cfg *rest.Config, args ...string) (stdout, stderr stri
 func checkTable(t *testing.T, out string, want map[string][]string) {
 	t.Helper()
 	lines := strings.Split(strings.TrimSpace(out), "\n")
-	if got := strings.Join(strings.Fields(lines[0]), " "); got != "STAGE PHASE APPS PAUSED REASON PAUSES HELD SINCE LATCHED VERIFIED" {
+	if got := strings.Join(strings.Fields(lines[0]), " "); got != "STAGE PHASE APPS PAUSED REASON PAUSES HELD SINCE LATCHED ANALYSIS VERIFIED" {
 		t.Errorf("header %q", lines[0])
 	}
 	missing := maps.Clone(want)
