@@ -10,6 +10,7 @@ import (
 	"github.com/kargo-latch/kargo-latch/controller/markverified"
 	"github.com/kargo-latch/kargo-latch/controller/pausing"
 	"github.com/kargo-latch/kargo-latch/kargo"
+	"github.com/kargo-latch/kargo-latch/latch"
 )
 
 // execute carries out a plan, in its order, and says when to sync again.
@@ -98,7 +99,7 @@ func (c *Controller) execute(ctx context.Context, s *snapshot, p plan) (time.Dur
 	if after := p.result.RequeueAfter; after > 0 {
 		klog.FromContext(ctx).V(4).Info("Time-based transition pending", "phase", p.result.Record.Phase, "after", after)
 	}
-	return earliest(earliest(p.result.RequeueAfter, statusCheck), earliest(m.mark.RetryIn(s.now), c.verifyRetryIn(s))), nil
+	return latch.Earliest(p.result.RequeueAfter, statusCheck, m.mark.RetryIn(s.now), c.verifyRetryIn(s)), nil
 }
 
 // drainBeside drains a Stage as planned, concurrently with the caller's

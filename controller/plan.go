@@ -129,14 +129,3 @@ func stageWriteFor(s *snapshot, res latch.Result) *stageWrite {
 	}
 	return w
 }
-
-// earliest is the sooner of two requeue delays, where zero means none.
-func earliest(a, b time.Duration) time.Duration {
-	switch {
-	case a <= 0:
-		return b
-	case b <= 0:
-		return a
-	}
-	return min(a, b)
-}

@@ -76,8 +76,7 @@ func (c *Controller) observeRuns(ctx context.Context, s *snapshot) error {
 	}
 	ns, stage := s.key.Namespace, s.key.Name
 	s.obs.Runs = c.cachedRuns(ns, stage)
-	m := s.memo
-	s.obs.StartRefused = m.verifyRefusedCycle == s.prior.Cycle() && s.now.Before(m.verifyRetryAt)
+	s.obs.StartRefused = c.verifyRetryIn(s) > 0
 	c.reportRunPhases(s)
 	a := s.prior.Analysis
 	// In --dry-run the record names runs never made: none is gone.

@@ -70,18 +70,20 @@ func (m *machine) baseline() {
 }
 
 func (m *machine) requeueAfter() time.Duration {
-	return earliest(m.phaseRequeue(), m.verifyRequeue())
+	return Earliest(m.phaseRequeue(), m.verifyRequeue())
 }
 
-// earliest is the sooner of two delays, where zero means none.
-func earliest(a, b time.Duration) time.Duration {
-	switch {
-	case a <= 0:
-		return b
-	case b <= 0:
-		return a
+// Earliest is the soonest of requeue delays, where zero (or less) means
+// none: what the machine and the operator both use to say when to look
+// again.
+func Earliest(delays ...time.Duration) time.Duration {
+	var soonest time.Duration
+	for _, d := range delays {
+		if d > 0 && (soonest == 0 || d < soonest) {
+			soonest = d
+		}
 	}
-	return min(a, b)
+	return soonest
 }
 
 func (m *machine) phaseRequeue() time.Duration {
