@@ -11,6 +11,7 @@ import (
 	"sync"
 	"syscall"
 	"testing"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 
@@ -138,9 +139,14 @@ func runsImageBinary(pid, uid int, env []string) error {
 	if cwd != "/" {
 		return fmt.Errorf("the operator runs in %s, want /", cwd)
 	}
-	environ, err := os.ReadFile(proc + "/environ")
-	if err != nil {
-		return err
+	// The parent returns from exec before the kernel has laid out the new
+	// program's environment (the exec pipe closes first), and until then
+	// /proc/<pid>/environ reads empty: read it until the layout is done.
+	var environ []byte
+	for deadline := time.Now().Add(5 * time.Second); len(environ) == 0 && time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
+		if environ, err = os.ReadFile(proc + "/environ"); err != nil {
+			return err
+		}
 	}
 	if got := strings.Split(strings.TrimSuffix(string(environ), "\x00"), "\x00"); !slices.Equal(got, env) {
 		return fmt.Errorf("the operator's environment is %q, want %q", got, env)
