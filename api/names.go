@@ -86,6 +86,11 @@ const RequestedByAnnotation = "kargo-latch.io/requested-by"
 // (another Stage's, a person's): the pause is made under another name.
 const ReasonPauseNameTaken = "PauseNameTaken"
 
+// ReasonGateSettingDiffers is the Warning, at the operator's start, on an
+// installed pause-gate policy that names Kargo's controllers otherwise than
+// the operator was told (--kargo-controllers, --kargo-controller-regex).
+const ReasonGateSettingDiffers = "GateSettingDiffers"
+
 // ReasonPauseStatusContested is the Warning on a StagePause whose status
 // another writer keeps undoing this operator's count in.
 const ReasonPauseStatusContested = "PauseStatusContested"

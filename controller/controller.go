@@ -26,6 +26,7 @@ import (
 
 	"github.com/kargo-latch/kargo-latch/api/v1alpha1"
 	"github.com/kargo-latch/kargo-latch/controller/gatebypass"
+	"github.com/kargo-latch/kargo-latch/controller/gatesetting"
 	"github.com/kargo-latch/kargo-latch/controller/markverified"
 	"github.com/kargo-latch/kargo-latch/controller/pausing"
 	"github.com/kargo-latch/kargo-latch/controller/promotioncache"
@@ -67,6 +68,10 @@ type Config struct {
 	// controllers (gate-bypass detection; see gatebypass.Config). Nil:
 	// none is.
 	KargoController func(username string) bool
+	// GateSetting is the setting that names Kargo's controllers, as the
+	// operator was given it: Start compares it with the installed
+	// pause-gate policies and warns where they differ. Nil: no check.
+	GateSetting *gatesetting.Setting
 	// Metrics records kargo-latch's metrics (required).
 	Metrics *metrics.Recorder
 	// QueueMetrics gives the workqueue its metrics; nil for none.
@@ -326,6 +331,9 @@ func (c *Controller) Run(ctx context.Context) error {
 func (c *Controller) Start(ctx context.Context) error {
 	c.report.Start(ctx)
 	c.gateBypass.Start(ctx)
+	if c.cfg.GateSetting != nil {
+		c.checkGateSetting(ctx)
+	}
 	for _, inf := range c.informers {
 		go inf.RunWithContext(ctx)
 	}

@@ -40,6 +40,13 @@ type Recorder struct {
 	VerificationProblems    *prometheus.CounterVec
 	LatchToVerification     prometheus.Histogram
 
+	// GateSettingDiffers is 1 for each installed pause-gate policy that
+	// names Kargo's controllers otherwise than the operator was told at
+	// start (else 0); GateSettingUnchecked is 1 when the policies could
+	// not be read to compare (controller/gatesetting).
+	GateSettingDiffers   *prometheus.GaugeVec
+	GateSettingUnchecked prometheus.Gauge
+
 	// PauseStatusContested counts, by project, the holds of StagePause
 	// status writes when another writer kept undoing this operator's count.
 	PauseStatusContested *prometheus.CounterVec
@@ -148,6 +155,14 @@ func New(reg prometheus.Registerer, version string) *Recorder {
 			Help:    "Time from a latch to the result of the AnalysisRun kargo-latch started for it.",
 			Buckets: []float64{5, 15, 30, 60, 120, 300, 600, 1200, 1800, 3600},
 		}),
+		GateSettingDiffers: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Namespace: Namespace, Name: "gate_setting_differs",
+			Help: "1 for an installed pause-gate policy whose setting of Kargo's controllers (usernames, regex) differs from the operator's --kargo-controllers and --kargo-controller-regex, 0 where they agree; read at start.",
+		}, []string{"policy"}),
+		GateSettingUnchecked: prometheus.NewGauge(prometheus.GaugeOpts{
+			Namespace: Namespace, Name: "gate_setting_unchecked",
+			Help: "1 when the operator could not read the installed pause-gate policies at start to compare its setting of Kargo's controllers with theirs.",
+		}),
 		stages: newStageGauges(),
 		PauseStatusContested: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: Namespace, Name: "pause_status_contested_total",
@@ -165,7 +180,7 @@ func New(reg prometheus.Registerer, version string) *Recorder {
 	})
 	reg.MustRegister(r.stages, promotionsCached, r.PausesTotal, r.ResumesTotal, r.FailuresTotal, r.ProgressingIgnored, r.InvalidConfig, r.InvalidInput,
 		r.FreightVerified, r.MarkVerifiedErrors, r.GateBypassed, r.PauseNameTaken, r.ReconcileErrors, r.WriteConflicts, r.CacheSynced, r.ReconcileDuration, r.TimeToLatch, r.BuildInfo)
-	reg.MustRegister(r.PauseStatusContested, r.VerificationRunsStarted, r.VerificationResults, r.VerificationProblems, r.LatchToVerification)
+	reg.MustRegister(r.GateSettingDiffers, r.GateSettingUnchecked, r.PauseStatusContested, r.VerificationRunsStarted, r.VerificationResults, r.VerificationProblems, r.LatchToVerification)
 	r.BuildInfo.WithLabelValues(version, runtime.Version()).Set(1)
 	return r
 }
@@ -188,4 +203,21 @@ func (r *Recorder) ForgetStage(project, stage string) {
 	} {
 		v.DeletePartialMatch(l)
 	}
+}
+
+// SetGateSettingDiffers records the start-time comparison of one policy.
+func (r *Recorder) SetGateSettingDiffers(policy string, differs bool) {
+	r.GateSettingDiffers.WithLabelValues(policy).Set(boolValue(differs))
+}
+
+// SetGateSettingUnchecked records whether the comparison could be made.
+func (r *Recorder) SetGateSettingUnchecked(unchecked bool) {
+	r.GateSettingUnchecked.Set(boolValue(unchecked))
+}
+
+func boolValue(b bool) float64 {
+	if b {
+		return 1
+	}
+	return 0
 }

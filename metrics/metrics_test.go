@@ -45,6 +45,10 @@ var contract = map[string]string{
 	"kargo_latch_verification_results_total":      "COUNTER phase,project,stage",
 	"kargo_latch_verification_problems_total":     "COUNTER project,reason,stage",
 	"kargo_latch_latch_to_verification_seconds":   "HISTOGRAM ",
+	// Issue 24: the setting of Kargo's controllers against the installed
+	// pause-gate policies, compared at start (controller/gatesetting).
+	"kargo_latch_gate_setting_differs":   "GAUGE policy",
+	"kargo_latch_gate_setting_unchecked": "GAUGE ",
 }
 
 func TestMetricsMatchTheContract(t *testing.T) {
@@ -60,6 +64,7 @@ func TestMetricsMatchTheContract(t *testing.T) {
 	r.InvalidInput.WithLabelValues("p", "s", "state").Inc()
 	r.GateBypassed.WithLabelValues("p", "s").Inc()
 	r.PauseNameTaken.WithLabelValues("p", "s").Inc()
+	r.SetGateSettingDiffers("kargo-latch-pause-gate", true)
 	r.PauseStatusContested.WithLabelValues("p").Inc()
 	r.VerificationRunsStarted.WithLabelValues("p", "s").Inc()
 	r.VerificationResults.WithLabelValues("p", "s", "Successful").Inc()

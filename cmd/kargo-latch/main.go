@@ -23,6 +23,7 @@ import (
 
 	"github.com/kargo-latch/kargo-latch/cli"
 	"github.com/kargo-latch/kargo-latch/controller"
+	"github.com/kargo-latch/kargo-latch/controller/gatesetting"
 	"github.com/kargo-latch/kargo-latch/latch"
 	"github.com/kargo-latch/kargo-latch/metrics"
 )
@@ -49,7 +50,7 @@ type options struct {
 	// controllers (kargoControllers).
 	kargoControllerUsernames string
 	kargoControllerRegex     string
-	kargoControllers         *kargoControllers
+	kargoControllers         *gatesetting.Setting
 
 	metricsAddr      string
 	profiling        bool
@@ -123,15 +124,15 @@ func parseFlags(args []string) (*options, error) {
 	fs.StringVar(&o.leaderID, "leader-election-id", "kargo-latch", "Name of the Lease; kargo-latch-SHARD with --shard SHARD unless given.")
 	fs.StringVar(&o.shard, "shard", "", "Serve only the Stages (and their Promotions) labelled kargo.akuity.io/shard=SHARD, as the Kargo controller of that shard does. Run exactly one operator (one Deployment, its replicas sharing one Lease) per shard.")
 	fs.BoolVar(&o.defaultShard, "default-shard", false, "Serve the Stages without a kargo.akuity.io/shard label, as Kargo's default controller does; with --shard, those of that shard too. Exactly one operator should. Without --shard and --default-shard: every Stage.")
-	fs.StringVar(&o.kargoControllerUsernames, "kargo-controllers", defaultKargoController, "Usernames of Kargo's controllers, comma-separated, as the pause gate's setting names them (Helm pauseGate.kargoControllers and kargoControllerServiceAccount; kustomize kargo-latch-kargo-controllers): a Promotion one of them creates with a kubernetes: create-actor is reported GateBypassed.")
+	fs.StringVar(&o.kargoControllerUsernames, "kargo-controllers", gatesetting.DefaultKargoController, "Usernames of Kargo's controllers, comma-separated, as the pause gate's setting names them (Helm pauseGate.kargoControllers and kargoControllerServiceAccount; kustomize kargo-latch-kargo-controllers): a Promotion one of them creates with a kubernetes: create-actor is reported GateBypassed. Compared at start with the installed pause-gate policies (a GateSettingDiffers Warning where they differ).")
 	fs.StringVar(&o.kargoControllerRegex, "kargo-controller-regex", "", "A regular expression (matched whole) for more usernames of Kargo's controllers, as the pause gate's setting (Helm pauseGate.kargoControllerRegex).")
 	klog.InitFlags(fs)
 	if err := fs.Parse(args); err != nil {
 		return nil, err
 	}
 	var err error
-	if o.kargoControllers, err = parseKargoControllers(o.kargoControllerUsernames, o.kargoControllerRegex); err != nil {
-		return nil, err
+	if o.kargoControllers, err = gatesetting.Parse(o.kargoControllerUsernames, o.kargoControllerRegex); err != nil {
+		return nil, fmt.Errorf("--kargo-controller-regex: %w", err)
 	}
 	if fs.NArg() > 0 {
 		return nil, fmt.Errorf("unexpected arguments: %s", strings.Join(fs.Args(), " "))
@@ -192,7 +193,8 @@ func run(ctx context.Context, o *options) error {
 		Metrics:          metrics.New(reg, version),
 		QueueMetrics:     metrics.NewWorkqueueProvider(reg),
 		CacheSyncTimeout: o.cacheSyncTimeout,
-		KargoController:  o.kargoControllers.is,
+		KargoController:  o.kargoControllers.Is,
+		GateSetting:      o.kargoControllers,
 
 		VerifyOnLatch:      o.verifyOnLatch,
 		RolloutsInstanceID: o.rolloutsInstanceID,

@@ -30,6 +30,18 @@ import (
 // and their bindings only.
 func widenedInstall(t *testing.T, prefix, usernames, regex string, components ...string) []*unstructured.Unstructured {
 	t.Helper()
+	var policies []*unstructured.Unstructured
+	for _, o := range widenedBuild(t, prefix, usernames, regex, components...) {
+		if _, ok := admissionPolicies[o.GetKind()]; ok {
+			policies = append(policies, o)
+		}
+	}
+	return policies
+}
+
+// widenedBuild is widenedInstall's every object.
+func widenedBuild(t *testing.T, prefix, usernames, regex string, components ...string) []*unstructured.Unstructured {
+	t.Helper()
 	dir := t.TempDir()
 	rel := func(path string) string {
 		r, err := filepath.Rel(dir, filepath.Join(env.cluster.Root, "manifests", path))
@@ -46,13 +58,7 @@ func widenedInstall(t *testing.T, prefix, usernames, regex string, components ..
 	must(t, os.WriteFile(filepath.Join(dir, "kustomization.yaml"), []byte(k), 0o600))
 	objs, err := cluster.Kustomize(dir)
 	must(t, err)
-	var policies []*unstructured.Unstructured
-	for _, o := range objs {
-		if _, ok := admissionPolicies[o.GetKind()]; ok {
-			policies = append(policies, o)
-		}
-	}
-	return policies
+	return objs
 }
 
 // TestGateRefusesEveryKargoController: an install whose setting names Kargo's
@@ -115,9 +121,11 @@ func TestGateRefusesEveryKargoController(t *testing.T) {
 	// Where the setting lacks the shard: the shipped install, whose setting
 	// names Kargo's default controller only, with the requester mark. The
 	// shard's actor-less Promotion is refused all the same (issue 24: by
-	// shape, whoever creates it); a person's passes; the shard's
-	// PromotionRequest passes (the setting does not name it: docs/pausing.md
-	// says so). A Promotion the shard creates with a kubernetes: actor
+	// shape, whoever creates it); a person's passes. A PromotionRequest
+	// carries no actor, so the gate fails closed: the shard's is refused
+	// too (it may not update the ProjectConfig), and so is a person's who
+	// may not (dev); Kargo's API server's passes (it may: the UI's way to
+	// promote while paused). A Promotion the shard creates with a kubernetes: actor
 	// (Kargo's webhook took it for a person: Kargo's own regex lacks it)
 	// passes the gate as a person's, and GateBypassed names the shard and
 	// Kargo's setting to widen.
@@ -139,8 +147,14 @@ func TestGateRefusesEveryKargoController(t *testing.T) {
 	if _, err := driver.CreatePromotion(ctx, env.dev, other, "prod", "kubernetes:dev"); err != nil {
 		t.Errorf("a person's Promotion to the paused Stage under the shipped gate: %v, want allowed", err)
 	}
-	if _, err := driver.CreatePromotionRequest(ctx, env.kargoShard, other, "prod"); err != nil {
-		t.Errorf("the shard's PromotionRequest where the setting lacks it: %v; docs/pausing.md says it passes", err)
+	if _, err := driver.CreatePromotionRequest(ctx, env.kargoShard, other, "prod"); !apierrors.IsForbidden(err) || !strings.Contains(err.Error(), "paused by StagePause hold") {
+		t.Errorf("the shard's PromotionRequest where the setting lacks it: %v, want refused by the shipped gate (it fails closed)", err)
+	}
+	if _, err := driver.CreatePromotionRequest(ctx, env.dev, other, "prod"); !apierrors.IsForbidden(err) {
+		t.Errorf("a PromotionRequest of dev, who may not update the ProjectConfig, for the paused Stage: %v, want refused", err)
+	}
+	if _, err := driver.CreatePromotionRequest(ctx, dynamic.NewForConfigOrDie(env.cluster.UserConfig(kargoAPIToken)), other, "prod"); err != nil {
+		t.Errorf("Kargo's API server's PromotionRequest for the paused Stage: %v, want allowed (it may update the ProjectConfig)", err)
 	}
 	bypass, err := driver.CreatePromotion(ctx, env.kargoShard, other, "prod", "kubernetes:"+kargoShardUser)
 	if err != nil {
@@ -199,11 +213,13 @@ func TestGatePeopleExemptsOnlyKargoAutoPromotions(t *testing.T) {
 // TestKargoControllersRegexIsMatchedWhole: the setting's regex must match a
 // username whole. With the regex kargo-shard (which Kargo's unanchored
 // controlplaneUserRegex would take to match kargo-shard-eu), the user
-// kargo-shard-eu is none of Kargo's controllers: the pause gate lets its
-// auto-promotion pass, and the people gate checks it as anyone's, and
-// refuses it (it may not update the ProjectConfig). The setting's username
-// is a Kargo controller of the project's namespace, which only this
-// install's gate refuses, so that its refusal shows the gate in force.
+// kargo-shard-eu is none of Kargo's controllers. A PromotionRequest, which
+// carries no actor, is refused from Kargo's controllers and from anyone who
+// may not update the ProjectConfig: once kargo-shard-eu may, its
+// PromotionRequest passes both gates, which it would not as a controller.
+// The setting's username is a Kargo controller of the project's namespace,
+// which only this install's gate refuses, so that its refusal shows the
+// gate in force.
 func TestKargoControllersRegexIsMatchedWhole(t *testing.T) {
 	t.Parallel()
 	if !strings.Contains(env.cluster.CRDSource, "real") {
@@ -226,10 +242,23 @@ func TestKargoControllersRegexIsMatchedWhole(t *testing.T) {
 		return deniedBy(err, people)
 	})
 	// A PromotionRequest: a Promotion's shape alone would have the gate
-	// refuse it whoever made it.
-	if _, err := driver.CreatePromotionRequest(ctx, env.kargoShard, ns, "prod"); !deniedBy(err, people) || deniedBy(err, gate) {
-		t.Errorf("%s's PromotionRequest for the paused Stage, with the regex kargo-shard: %v, want refused by %s (no Kargo controller), not by %s", kargoShardUser, err, people, gate)
+	// refuse it whoever made it. Without the right to update the
+	// ProjectConfig, the shard is refused (the gates fail closed); with
+	// it, it passes: it is no Kargo controller.
+	if _, err := driver.CreatePromotionRequest(ctx, env.kargoShard, ns, "prod"); !deniedBy(err, people) && !deniedBy(err, gate) {
+		t.Errorf("%s's PromotionRequest for the paused Stage, without the right to update the ProjectConfig: %v, want refused", kargoShardUser, err)
 	}
+	binding := cluster.BindUser("e2e-"+tag+"-shard-projectconfigs", "e2e-projectconfig-editor", kargoShardUser)
+	binding.SetKind("RoleBinding")
+	binding.SetNamespace(ns)
+	must(t, applyObjects([]*unstructured.Unstructured{binding}))
+	waitFor(t, kargoShardUser+"'s PromotionRequest to pass once it may update the ProjectConfig", func() bool {
+		_, err := driver.CreatePromotionRequest(ctx, env.kargoShard, ns, "prod")
+		if deniedBy(err, gate) && !strings.Contains(err.Error(), "paused by StagePause") {
+			t.Fatalf("refused by %s for another reason: %v", gate, err)
+		}
+		return err == nil
+	})
 }
 
 // TestKargoControllersSettingReachesEveryPolicy: changing the one setting
@@ -264,6 +293,10 @@ func TestKargoControllersSettingReachesEveryPolicy(t *testing.T) {
 			}
 		}
 	}
+	// The operator is given the same setting, to compare with the
+	// policies at start and to advise by.
+	checkOperatorSetting(t, "kustomize", widenedBuild(t, "", usernames, regex, "gate-people"), strings.Split(usernames, ","), regex)
+	checkOperatorSetting(t, "helm", rendered, strings.Split(usernames, ","), regex)
 	var policies []*unstructured.Unstructured
 	for _, o := range rendered {
 		if _, ok := admissionPolicies[o.GetKind()]; ok {

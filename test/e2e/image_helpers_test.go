@@ -112,6 +112,16 @@ func runFromImage(t *testing.T, p *process, c corev1.Container) {
 		}
 		p.env = append(p.env, fmt.Sprintf("%s=%s", e.Name, e.Value))
 	}
+	// The kubelet expands $(NAME) in args with the container's variables.
+	for i, a := range p.args {
+		for _, e := range c.Env {
+			a = strings.ReplaceAll(a, "$("+e.Name+")", e.Value)
+		}
+		if strings.Contains(a, "$(") {
+			t.Fatalf("the argument %q names a variable the container does not set", p.args[i])
+		}
+		p.args[i] = a
+	}
 	p.env = append(p.env, "HOME=/nonexistent")
 	p.dir = "/"
 	uid := os.Geteuid()

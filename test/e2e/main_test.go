@@ -159,7 +159,8 @@ func installShipped(ctx context.Context, c *cluster.Cluster) error {
 		return err
 	}
 	objs = append(objs,
-		cluster.NewClusterRole("e2e-promoter", cluster.Rule(kargoGroup, "promotions", "create", "get", "list"), cluster.Rule(kargoGroup, "stages", "get", "list", "watch")),
+		cluster.NewClusterRole("e2e-promoter", cluster.Rule(kargoGroup, "promotions", "create", "get", "list"),
+			cluster.Rule(kargoGroup, "promotionrequests", "create", "get", "list"), cluster.Rule(kargoGroup, "stages", "get", "list", "watch")),
 		cluster.NewClusterRole("e2e-projectconfig-editor", cluster.Rule(kargoGroup, "projectconfigs", "get", "update")),
 		// Kargo's controllers create Promotions, and PromotionRequests for
 		// target-aware Stages (Kargo main).

@@ -136,6 +136,34 @@ func (o *operator) stop() {
 	<-o.done
 }
 
+// metricExists reports whether the operator has the series name with the
+// labels given (name, value pairs).
+func (o *operator) metricExists(name string, labels ...string) bool {
+	mfs, err := o.reg.Gather()
+	if err != nil {
+		o.t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() != name {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			got := map[string]string{}
+			for _, lp := range m.GetLabel() {
+				got[lp.GetName()] = lp.GetValue()
+			}
+			matches := true
+			for i := 0; i+1 < len(labels); i += 2 {
+				matches = matches && got[labels[i]] == labels[i+1]
+			}
+			if matches {
+				return true
+			}
+		}
+	}
+	return false
+}
+
 // metric reads one counter or gauge of the operator; of a histogram, the
 // number of observations.
 func (o *operator) metric(name string, labels ...string) float64 {

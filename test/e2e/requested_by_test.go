@@ -145,8 +145,15 @@ func TestRequestedByMarksEveryPromotionUnderAPause(t *testing.T) {
 	}
 	p, err := driver.CreatePromotion(ctx, env.kargoShard, ns, "prod", "kubernetes:"+kargoShardUser)
 	check("the shard's Promotion to the paused Stage, stamped as a person's (it passes the shipped gate)", p, err, kargoShardUser)
-	p, err = driver.CreatePromotionRequest(ctx, env.kargoShard, ns, "prod")
-	check("the shard's PromotionRequest for the paused Stage", p, err, kargoShardUser)
+	// A PromotionRequest carries no actor: the gate refuses the shard's (it
+	// may not update the ProjectConfig) and takes that of Kargo's API
+	// server (it may), which is marked.
+	if _, err = driver.CreatePromotionRequest(ctx, env.kargoShard, ns, "prod"); !apierrors.IsForbidden(err) {
+		t.Errorf("the shard's PromotionRequest for the paused Stage: %v, want refused by the shipped gate", err)
+	}
+	kargoAPI := dynamic.NewForConfigOrDie(env.cluster.UserConfig(kargoAPIToken))
+	p, err = driver.CreatePromotionRequest(ctx, kargoAPI, ns, "prod")
+	check("Kargo's API server's PromotionRequest for the paused Stage", p, err, kargoAPIUser)
 	if _, err = driver.CreatePromotion(ctx, env.dev, ns, "prod", ""); !apierrors.IsForbidden(err) {
 		t.Errorf("a person's Promotion to the paused Stage with no create-actor (no Kargo webhook here to stamp one): %v, want refused: the gate fails closed", err)
 	}
@@ -186,7 +193,7 @@ func TestRequestedByCannotBeChanged(t *testing.T) {
 	must(t, err)
 	unmarked, err := driver.CreatePromotion(ctx, env.dev, ns, "dev", "kubernetes:dev")
 	must(t, err)
-	request, err := driver.CreatePromotionRequest(ctx, env.kargoShard, ns, "prod")
+	request, err := driver.CreatePromotionRequest(ctx, dynamic.NewForConfigOrDie(env.cluster.UserConfig(kargoAPIToken)), ns, "prod")
 	must(t, err)
 	if by, _ := markOf(marked); by != "dev" {
 		t.Fatalf("the Promotion to the paused Stage is marked requested-by %q, want dev (the test needs it)", by)

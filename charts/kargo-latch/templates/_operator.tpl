@@ -52,16 +52,11 @@ operator's defaults apply. */ -}}
 {{- $flags = append $flags (printf "--%s=%v" (index $setting 0) (index $setting 1)) }}
 {{- end }}
 {{- end }}
-{{- /* The pause gate's setting that names Kargo's controllers, for the
-GateBypassed judgement (quoted: a regex may hold what YAML reads). */}}
-{{- $kargoFlags := list }}
+{{- /* The pause gate's setting that names Kargo's controllers, given to the
+operator (GateBypassed's advice, and the comparison with the policies at
+start) by two variables its flags name, as the kustomize install does. */}}
 {{- $kargoControllers := include "kargo-latch.kargoControllerUsernames" $root }}
-{{- if ne $kargoControllers "system:serviceaccount:kargo:kargo-controller" }}
-{{- $kargoFlags = append $kargoFlags (printf "--kargo-controllers=%s" $kargoControllers) }}
-{{- end }}
-{{- with toString $root.Values.pauseGate.kargoControllerRegex }}
-{{- $kargoFlags = append $kargoFlags (printf "--kargo-controller-regex=%s" .) }}
-{{- end -}}
+{{- $kargoControllerRegex := toString (default "" $root.Values.pauseGate.kargoControllerRegex) -}}
 apiVersion: apps/v1
 kind: Deployment
 {{ include "kargo-latch.metadata" (dict "root" $root "name" .name "namespace" $root.Release.Namespace "labels" .labels "annotations" $c.annotations) }}
@@ -109,10 +104,14 @@ spec:
         {{- with $root.Values.image.pullPolicy }}
         imagePullPolicy: {{ . }}
         {{- end }}
-        {{- with $c.env }}
         env:
-          {{- toYaml . | nindent 8 }}
+        {{- with $c.env }}
+        {{- toYaml . | nindent 8 }}
         {{- end }}
+        - name: KARGO_LATCH_KARGO_CONTROLLERS
+          value: {{ $kargoControllers | quote }}
+        - name: KARGO_LATCH_KARGO_CONTROLLER_REGEX
+          value: {{ $kargoControllerRegex | quote }}
         args:
         {{- if $c.leaderElection.enabled }}
         - --leader-elect
@@ -123,14 +122,13 @@ spec:
         - --metrics-bind-address=0
         {{- end }}
         - --health-probe-bind-address=:8081
+        - --kargo-controllers=$(KARGO_LATCH_KARGO_CONTROLLERS)
+        - --kargo-controller-regex=$(KARGO_LATCH_KARGO_CONTROLLER_REGEX)
         {{- with .shardFlag }}
         - {{ . | quote }}
         {{- end }}
         {{- range $flags }}
         - {{ . }}
-        {{- end }}
-        {{- range $kargoFlags }}
-        - {{ . | quote }}
         {{- end }}
         {{- range $c.namespaces }}
         - --namespace={{ . }}
