@@ -15,6 +15,7 @@ import (
 	"k8s.io/client-go/dynamic"
 
 	"github.com/kargo-latch/kargo-latch/api"
+	"github.com/kargo-latch/kargo-latch/api/v1alpha1"
 	"github.com/kargo-latch/kargo-latch/kargo"
 	"github.com/kargo-latch/kargo-latch/latch"
 )
@@ -32,6 +33,9 @@ type watcher struct {
 	ping    map[string]string // bench/ping annotation
 	pingAt  map[string]time.Time
 	pauseAt map[string]time.Time
+	// gateAt is when the watcher first saw a StagePause of the Stage (by
+	// spec.stage): when the gate closed for it.
+	gateAt  map[string]time.Time
 	phase   map[string]latch.Phase
 	latched map[string]int // by namespace
 	paused  map[string]int // by namespace
@@ -55,16 +59,18 @@ type verifiedMark struct {
 
 func newWatcher(dyn dynamic.Interface) *watcher {
 	w := &watcher{dyn: dyn, state: map[string]string{}, record: map[string]latch.Record{}, label: map[string]bool{},
-		ping: map[string]string{}, pingAt: map[string]time.Time{}, pauseAt: map[string]time.Time{},
+		ping: map[string]string{}, pingAt: map[string]time.Time{}, pauseAt: map[string]time.Time{}, gateAt: map[string]time.Time{},
 		phase: map[string]latch.Phase{}, latched: map[string]int{}, paused: map[string]int{},
 		verifiedIn: map[string]verifiedMark{}}
 	w.cond = sync.NewCond(&w.mu)
 	return w
 }
 
-// run watches the Stages and the Freight of ns until ctx is done.
+// run watches the Stages, the Freight and the StagePauses of ns until ctx
+// is done.
 func (w *watcher) run(ctx context.Context, ns string) {
 	go w.watch(ctx, kargo.FreightsResource, ns, w.observeFreight)
+	go w.watch(ctx, v1alpha1.StagePausesResource, ns, w.observePause)
 	w.watch(ctx, kargo.StagesResource, ns, w.observeStage)
 }
 
@@ -169,6 +175,18 @@ func (w *watcher) observeFreight(ns string, u *unstructured.Unstructured, at tim
 	w.cond.Broadcast()
 }
 
+// observePause notes when a Stage's first StagePause was seen: the gate
+// reads StagePauses as its parameters, so a pause is in force from then.
+func (w *watcher) observePause(ns string, u *unstructured.Unstructured, at time.Time) {
+	stage, _, _ := unstructured.NestedString(u.Object, "spec", "stage")
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if _, seen := w.gateAt[ns+"/"+stage]; !seen {
+		w.gateAt[ns+"/"+stage] = at
+	}
+	w.cond.Broadcast()
+}
+
 // wake makes every waitFor look at its condition again, for a change
 // outside the watches.
 func (w *watcher) wake() {
@@ -210,6 +228,17 @@ func (w *watcher) waitPaused(ctx context.Context, ns, name string) (time.Time, e
 		t, ok := w.pauseAt[ns+"/"+name]
 		at = t
 		return ok && w.label[ns+"/"+name]
+	})
+	return at, err
+}
+
+// waitGateClosed waits until a StagePause of the Stage was seen.
+func (w *watcher) waitGateClosed(ctx context.Context, ns, name string) (time.Time, error) {
+	var at time.Time
+	err := w.waitFor(ctx, time.Minute, func(w *watcher) bool {
+		t, ok := w.gateAt[ns+"/"+name]
+		at = t
+		return ok
 	})
 	return at, err
 }

@@ -41,8 +41,9 @@ func TestOperatorWarnsWhenItsGateSettingDiffers(t *testing.T) {
 	}{{shipped, 0}, {differing, 1}} {
 		ns := env.newProject(t)
 		op := startOperatorWith(t, env.operator, ns, latch.Settings{}, nil, func(c *controller.Config) { c.GateSetting = tc.given })
-		waitFor(t, "the operator to compare its setting with "+policy, func() bool {
-			return op.metricExists("kargo_latch_gate_setting_differs", "policy", policy)
+		// The comparison comes first in Start; the caches' sync ends it.
+		waitFor(t, "the operator to compare its setting with "+policy+" and start", func() bool {
+			return op.metricExists("kargo_latch_gate_setting_differs", "policy", policy) && op.metric("kargo_latch_cache_synced") == 1
 		})
 		if got := op.metric("kargo_latch_gate_setting_differs", "policy", policy); got != tc.want {
 			t.Errorf("given %s: kargo_latch_gate_setting_differs{policy=%s} = %v, want %v", tc.given, policy, got, tc.want)
