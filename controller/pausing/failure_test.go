@@ -104,6 +104,45 @@ func TestFailurePauseIsNeverAnotherObject(t *testing.T) {
 	}
 }
 
+// TestGeneratedPauseIsFoundAgain: where the derived name and every
+// alternate are taken, the pause gets a generated name, which cannot be
+// found again by name. Judged again before the cache shows it (a store
+// that failed, a crash right after the create), it is found live by its
+// annotation: no second pause.
+func TestGeneratedPauseIsFoundAgain(t *testing.T) {
+	_, ctx := ktesting.NewTestContext(t)
+	const derived = "prod-promotionfailed-1"
+	st := &kargo.Stage{ObjectMeta: metav1.ObjectMeta{Namespace: "shop", Name: "prod", UID: "stage-uid"}}
+	generated := someonesPause(derived+"-x7k2q", "prod", false)
+	generated.SetOwnerReferences([]metav1.OwnerReference{{APIVersion: kargo.GroupVersion.String(), Kind: "Stage", Name: "prod", UID: st.UID}})
+	generated.SetFinalizers([]string{v1alpha1.ResumeFinalizer})
+	generated.SetAnnotations(map[string]string{v1alpha1.DerivedNameAnnotation: derived})
+	objs := []runtime.Object{generated}
+	for attempt := 1; attempt <= alternateNames+1; attempt++ {
+		objs = append(objs, someonesPause(alternateName(derived, attempt), "nowhere", false))
+	}
+	client := dynamicfake.NewSimpleDynamicClientWithCustomListKinds(runtime.NewScheme(), map[schema.GroupVersionResource]string{
+		v1alpha1.StagePausesResource: "StagePauseList",
+	}, objs...)
+	m := metrics.New(prometheus.NewRegistry(), "test")
+	f := &Failures{Dynamic: client, Report: report.New(kubefake.NewClientset(), record.NewFakeRecorder(10), clocktesting.NewFakeClock(time.Now())), NameTaken: m.PauseNameTaken}
+	create := []latch.Action{{Kind: latch.ActionCreatePause, Pause: derived, Reason: latch.ReasonPromotionFailed, Message: "p1 failed"}}
+
+	covering, _, madeAs, err := f.Create(ctx, st, create, nil, nil)
+	if err != nil || len(covering) != 1 || covering[0].Name != generated.GetName() || madeAs[derived] != generated.GetName() {
+		t.Fatalf("covering %v, madeAs %v, %v; want the generated pause %s found", covering, madeAs, err, generated.GetName())
+	}
+	for _, a := range client.Actions() {
+		if a.GetVerb() == "create" {
+			if c, ok := a.(interface{ GetObject() runtime.Object }); ok {
+				if u, ok := c.GetObject().(*unstructured.Unstructured); ok && u.GetGenerateName() != "" {
+					t.Errorf("a second pause was made with generateName %s", u.GetGenerateName())
+				}
+			}
+		}
+	}
+}
+
 func TestAlternateNamesFitAName(t *testing.T) {
 	long := make([]byte, 253)
 	for i := range long {
