@@ -332,7 +332,8 @@ func (c *Controller) Start(ctx context.Context) error {
 	c.report.Start(ctx)
 	c.gateBypass.Start(ctx)
 	if c.cfg.GateSetting != nil {
-		c.checkGateSetting(ctx)
+		// Advice only: it never holds the caches back.
+		go c.checkGateSetting(ctx)
 	}
 	for _, inf := range c.informers {
 		go inf.RunWithContext(ctx)

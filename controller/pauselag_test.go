@@ -11,6 +11,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/watch"
 	k8stesting "k8s.io/client-go/testing"
+	"k8s.io/client-go/tools/cache"
 
 	"github.com/kargo-latch/kargo-latch/api"
 	"github.com/kargo-latch/kargo-latch/kargo"
@@ -150,4 +151,67 @@ func TestNoFalseResumeWhileThePauseCacheLags(t *testing.T) {
 	waitUntil(t, func() bool { _, ok, _ := f.c.pauseByKey(cacheKey(pause)); return ok })
 	f.idle()
 	check("once it caught up")
+}
+
+// TestNoFalseResumeOnTheLiveRecheck: a new leadership term (the memo of
+// this replica's writes is reset) while both caches lag the failure's pause
+// and the record that names it. The cached record still shows the failure
+// unpaused, so the sync re-reads the Stage live before pausing; the live
+// record names a pause the pause cache lacks, which is read too: no
+// resume is judged, the record keeps naming the pause.
+func TestNoFalseResumeOnTheLiveRecheck(t *testing.T) {
+	prior := latch.Record{Phase: latch.PhaseLatched, Promotion: "p1", FreightID: "F1", ExaminedPromotion: "p1",
+		PromotedAt: ptrTime(time.Date(2026, 11, 29, 10, 0, 0, 0, time.UTC)), LatchedAt: ptrTime(time.Date(2026, 11, 29, 10, 1, 0, 0, time.UTC))}
+	stage := healthyStage("prod", map[string]any{api.PauseOnFailureAnnotation: "true", api.StateAnnotation: prior.Encode()})
+	stage.Object["status"].(map[string]any)["lastPromotion"] = map[string]any{
+		"name": "p2", "finishedAt": "2026-11-29T11:00:00Z", "status": map[string]any{"phase": "Failed"},
+	}
+	release := make(chan struct{})
+	f := newFixtureWith(t, false, func(f *fixture) {
+		for _, resource := range []string{"stagepauses", "stages"} {
+			f.client.PrependWatchReactor(resource, func(a k8stesting.Action) (bool, watch.Interface, error) {
+				w, err := f.client.Tracker().Watch(a.GetResource(), a.GetNamespace())
+				if err != nil {
+					return true, nil, err
+				}
+				return true, holdWatch(w, release), nil
+			})
+		}
+	}, stage)
+	defer close(release)
+	f.waitEvent("Warning LatchFailed")
+	waitUntil(t, func() bool { return len(f.record("prod").Pauses) == 1 })
+	pause := f.record("prod").Pauses[0]
+	f.idle()
+	if _, ok, _ := f.c.pauseByKey(cacheKey(pause)); ok {
+		t.Fatal("the pause reached the cache: the test lost its lag")
+	}
+	drain := func() (resumed []string) {
+		for {
+			select {
+			case e := <-f.recorder.Events:
+				if strings.Contains(e, api.ReasonStageResumed) {
+					resumed = append(resumed, e)
+				}
+			default:
+				return resumed
+			}
+		}
+	}
+	drain()
+
+	f.c.memos.newTerm()
+	synced := f.syncs()
+	f.c.enqueue(cache.ObjectName{Namespace: "shop", Name: "prod"})
+	waitUntil(t, func() bool { return f.syncs() > synced })
+	f.idle()
+	if resumed := drain(); len(resumed) > 0 {
+		t.Errorf("the sync after a new term resumed the Stage: %q", resumed)
+	}
+	if r := f.record("prod"); len(r.Pauses) != 1 || r.Pauses[0] != pause {
+		t.Errorf("record pauses %v, want [%s]", r.Pauses, pause)
+	}
+	if got := f.counterSum("kargo_latch_resumes_total", nil); got != 0 {
+		t.Errorf("resumes_total = %v, want 0", got)
+	}
 }

@@ -99,6 +99,12 @@ func (c *Controller) refresh(ctx context.Context, s *snapshot) (*snapshot, error
 		return nil, err
 	}
 	fresh := c.snapshotOf(s.key, stage, value, m, s.pauses, s.held, &s.settings)
+	// The live record may name a pause the cache lacks (the last leader's,
+	// or one whose store's answer was lost): read it too, or the fresh
+	// judgement would resume the Stage.
+	if err := c.readRecordedPauses(ctx, fresh); err != nil {
+		return nil, err
+	}
 	if err := c.observeRuns(ctx, fresh); err != nil {
 		return nil, err
 	}

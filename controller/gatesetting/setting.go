@@ -84,7 +84,12 @@ var conditions = []string{"from-kargo-controller", "not-kargo-auto-promotion"}
 // layout (edited by hand) is not read: ok is false.
 func fromExpression(expr string) (s *Setting, ok bool) {
 	pieces := strings.Split(expr, "'''")
-	if len(pieces) < 7 || !strings.HasSuffix(pieces[0], "r") || !strings.HasSuffix(pieces[2], "r") {
+	if len(pieces) < 7 || !strings.HasSuffix(pieces[0], "r") || !strings.HasSuffix(pieces[2], "r") || !strings.HasSuffix(pieces[4], "r") {
+		return nil, false
+	}
+	// The anchored literal decides the match; the lone one only makes the
+	// API server check the regex. Both must say the same.
+	if pieces[5] != "^(?:(?:)"+pieces[3]+"(?:))$" {
 		return nil, false
 	}
 	s, err := Parse(pieces[1], pieces[3])

@@ -68,6 +68,9 @@ func (b *bench) reaction(ctx context.Context) ([]row, error) {
 		if err != nil {
 			return nil, err
 		}
+		if closed.Before(t0) {
+			return nil, fmt.Errorf("stage %s had a StagePause before its failure: the sample would not time one", s.Name)
+		}
 		seen, err := b.watcher.waitPaused(ctx, busyNS, s.Name)
 		if err != nil {
 			return nil, err

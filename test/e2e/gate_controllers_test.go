@@ -3,6 +3,7 @@ package e2e
 import (
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -52,8 +53,14 @@ func widenedBuild(t *testing.T, prefix, usernames, regex string, components ...s
 		"resources: [" + rel("default") + "]\n" +
 		"configMapGenerator:\n- name: kargo-latch-kargo-controllers\n  behavior: merge\n  literals:\n" +
 		"  - " + jsonString("usernames="+usernames) + "\n  - " + jsonString("regex="+regex) + "\ncomponents:\n"
-	for _, c := range append(components, "kargo-controllers") {
-		k += "- " + rel(filepath.Join("components", c)) + "\n"
+	// "!kargo-controllers" leaves the component out, as a mistaken overlay.
+	if !slices.Contains(components, "!kargo-controllers") {
+		components = append(components, "kargo-controllers")
+	}
+	for _, c := range components {
+		if !strings.HasPrefix(c, "!") {
+			k += "- " + rel(filepath.Join("components", c)) + "\n"
+		}
 	}
 	must(t, os.WriteFile(filepath.Join(dir, "kustomization.yaml"), []byte(k), 0o600))
 	objs, err := cluster.Kustomize(dir)
@@ -298,6 +305,16 @@ func TestKargoControllersSettingReachesEveryPolicy(t *testing.T) {
 	// policies at start and to advise by.
 	checkOperatorSetting(t, "kustomize", widenedBuild(t, "", usernames, regex, "gate-people"), strings.Split(usernames, ","), regex)
 	checkOperatorSetting(t, "helm", rendered, strings.Split(usernames, ","), regex)
+	// An overlay that changes the setting but forgets the component: the
+	// policies keep the default, the operator reads the overlay's values,
+	// so its check at start finds them different and warns.
+	forgotten := widenedBuild(t, "", usernames, regex, "gate-people", "!kargo-controllers")
+	checkOperatorSetting(t, "kustomize without components/kargo-controllers", forgotten, strings.Split(usernames, ","), regex)
+	for _, o := range forgotten {
+		if b, err := o.MarshalJSON(); err == nil && o.GetKind() == "ValidatingAdmissionPolicy" && strings.Contains(string(b), usernames) {
+			t.Errorf("without components/kargo-controllers, %s names the overlay's usernames: the test lost its point", o.GetName())
+		}
+	}
 	var policies []*unstructured.Unstructured
 	for _, o := range rendered {
 		if _, ok := admissionPolicies[o.GetKind()]; ok {

@@ -76,9 +76,10 @@ func TestOperatorWarnsWhenItsGateSettingDiffers(t *testing.T) {
 }
 
 // operatorSetting is the setting of Kargo's controllers that a Deployment
-// gives the operator: its flags, with the container's variables expanded
-// as the kubelet expands $(NAME) in args, and the flags' defaults.
-func operatorSetting(t *testing.T, deployment *unstructured.Unstructured) (usernames sets.Set[string], regex string) {
+// of objs gives the operator: its flags, with the container's variables
+// (plain, or from a ConfigMap among objs) expanded as the kubelet expands
+// $(NAME) in args, and the flags' defaults.
+func operatorSetting(t *testing.T, objs []*unstructured.Unstructured, deployment *unstructured.Unstructured) (usernames sets.Set[string], regex string) {
 	t.Helper()
 	var d struct {
 		Spec struct {
@@ -90,6 +91,23 @@ func operatorSetting(t *testing.T, deployment *unstructured.Unstructured) (usern
 	vars := map[string]string{}
 	for _, e := range c.Env {
 		vars[e.Name] = e.Value
+		if e.ValueFrom == nil {
+			continue
+		}
+		ref := e.ValueFrom.ConfigMapKeyRef
+		if ref == nil {
+			t.Fatalf("%s: the variable %s has a valueFrom other than a configMapKeyRef", deployment.GetName(), e.Name)
+		}
+		found := false
+		for _, o := range objs {
+			if o.GetKind() == "ConfigMap" && o.GetName() == ref.Name && o.GetNamespace() == deployment.GetNamespace() {
+				value, ok, _ := unstructured.NestedString(o.Object, "data", ref.Key)
+				vars[e.Name], found = value, ok
+			}
+		}
+		if !found {
+			t.Errorf("%s: the variable %s names %s's key %s, which the install does not hold", deployment.GetName(), e.Name, ref.Name, ref.Key)
+		}
 	}
 	flags := map[string]string{"--kargo-controllers": gatesetting.DefaultKargoController, "--kargo-controller-regex": ""}
 	for _, a := range c.Args {
@@ -123,7 +141,7 @@ func checkOperatorSetting(t *testing.T, install string, objs []*unstructured.Uns
 			continue
 		}
 		found++
-		gotUsers, gotRegex := operatorSetting(t, o)
+		gotUsers, gotRegex := operatorSetting(t, objs, o)
 		if !gotUsers.Equal(sets.New(usernames...)) || gotRegex != regex {
 			t.Errorf("%s: the Deployment %s gives the operator usernames %v, regex %q; the policies name %v, %q",
 				install, o.GetName(), sets.List(gotUsers), gotRegex, slices.Sorted(slices.Values(usernames)), regex)

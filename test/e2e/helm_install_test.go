@@ -102,7 +102,7 @@ func TestHelmInstallPausesAStage(t *testing.T) {
 	// left to the tests that own them.
 	p := newProcessAs(t, identity, append(slices.Clone(deployed),
 		"--leader-election-namespace="+releaseNS, "--metrics-bind-address=0", "--health-probe-bind-address=0")...)
-	runFromImage(t, p, deployment.Spec.Template.Spec.Containers[0])
+	runFromImage(t, p, deployment.Namespace, deployment.Spec.Template.Spec.Containers[0])
 	p.start()
 
 	prod := env.createStage(t, project, "prod", nil)

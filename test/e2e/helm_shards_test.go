@@ -222,7 +222,7 @@ func TestHelmInstallRunsOneOperatorPerShard(t *testing.T) {
 		// served on loopback, where the test reads them.
 		p := newMeteredProcess(t, identity, append(slices.Clone(d.Spec.Template.Spec.Containers[0].Args),
 			"--leader-election-namespace="+releaseNS, "--health-probe-bind-address=0")...)
-		runFromImage(t, p, d.Spec.Template.Spec.Containers[0])
+		runFromImage(t, p, d.Namespace, d.Spec.Template.Spec.Containers[0])
 		p.start()
 		operators[name] = p
 	}

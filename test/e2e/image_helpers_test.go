@@ -14,6 +14,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/kargo-latch/kargo-latch/hack/image/ociimage"
 )
@@ -93,7 +94,7 @@ func removeImageOperator() {
 // not enter), the tests' own user runs it, and the test logs why. Once started, p is
 // checked to be running that binary: /proc/<pid>/exe is the extracted
 // file, with the sha256 of /kargo-latch in the image's layer.
-func runFromImage(t *testing.T, p *process, c corev1.Container) {
+func runFromImage(t *testing.T, p *process, ns string, c corev1.Container) {
 	t.Helper()
 	_, err := imageOperatorPath()
 	must(t, err)
@@ -106,16 +107,19 @@ func runFromImage(t *testing.T, p *process, c corev1.Container) {
 		t.Fatalf("the Deployment's container overrides the image's entrypoint with %v", c.Command)
 	}
 	p.env = []string{}
+	values := map[string]string{}
 	for _, e := range c.Env {
+		value := e.Value
 		if e.ValueFrom != nil {
-			t.Fatalf("the container's variable %s has a valueFrom, which this test cannot resolve", e.Name)
+			value = configMapValue(t, ns, e)
 		}
-		p.env = append(p.env, fmt.Sprintf("%s=%s", e.Name, e.Value))
+		values[e.Name] = value
+		p.env = append(p.env, fmt.Sprintf("%s=%s", e.Name, value))
 	}
 	// The kubelet expands $(NAME) in args with the container's variables.
 	for i, a := range p.args {
-		for _, e := range c.Env {
-			a = strings.ReplaceAll(a, "$("+e.Name+")", e.Value)
+		for name, value := range values {
+			a = strings.ReplaceAll(a, "$("+name+")", value)
 		}
 		if strings.Contains(a, "$(") {
 			t.Fatalf("the argument %q names a variable the container does not set", p.args[i])
@@ -136,6 +140,23 @@ func runFromImage(t *testing.T, p *process, c corev1.Container) {
 	}
 	p.binary = imageOperatorPath
 	p.verify = func(pid int) error { return runsImageBinary(pid, uid, p.env) }
+}
+
+// configMapValue resolves a container variable from a ConfigMap of ns as the
+// kubelet does; any other valueFrom fails the test.
+func configMapValue(t *testing.T, ns string, e corev1.EnvVar) string {
+	t.Helper()
+	ref := e.ValueFrom.ConfigMapKeyRef
+	if ref == nil {
+		t.Fatalf("the container's variable %s has a valueFrom other than a configMapKeyRef, which this test cannot resolve", e.Name)
+	}
+	cm, err := env.kube.CoreV1().ConfigMaps(ns).Get(ctx, ref.Name, metav1.GetOptions{})
+	must(t, err)
+	value, ok := cm.Data[ref.Key]
+	if !ok {
+		t.Fatalf("the container's variable %s names the key %s, which the ConfigMap %s lacks", e.Name, ref.Key, ref.Name)
+	}
+	return value
 }
 
 // runsImageBinary checks that the process pid runs the image's binary,

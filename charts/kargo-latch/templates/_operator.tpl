@@ -54,9 +54,9 @@ operator's defaults apply. */ -}}
 {{- end }}
 {{- /* The pause gate's setting that names Kargo's controllers, given to the
 operator (GateBypassed's advice, and the comparison with the policies at
-start) by two variables its flags name, as the kustomize install does. */}}
-{{- $kargoControllers := include "kargo-latch.kargoControllerUsernames" $root }}
-{{- $kargoControllerRegex := toString (default "" $root.Values.pauseGate.kargoControllerRegex) -}}
+start) from its ConfigMap by two variables its flags name, as the kustomize
+install does. */}}
+{{- $kargoControllers := printf "%s-kargo-controllers" (include "kargo-latch.fullname" $root) -}}
 apiVersion: apps/v1
 kind: Deployment
 {{ include "kargo-latch.metadata" (dict "root" $root "name" .name "namespace" $root.Release.Namespace "labels" .labels "annotations" $c.annotations) }}
@@ -109,9 +109,15 @@ spec:
         {{- toYaml . | nindent 8 }}
         {{- end }}
         - name: KARGO_LATCH_KARGO_CONTROLLERS
-          value: {{ $kargoControllers | quote }}
+          valueFrom:
+            configMapKeyRef:
+              name: {{ $kargoControllers }}
+              key: usernames
         - name: KARGO_LATCH_KARGO_CONTROLLER_REGEX
-          value: {{ $kargoControllerRegex | quote }}
+          valueFrom:
+            configMapKeyRef:
+              name: {{ $kargoControllers }}
+              key: regex
         args:
         {{- if $c.leaderElection.enabled }}
         - --leader-elect
