@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"fmt"
 	"slices"
 	"strings"
 	"testing"
@@ -27,12 +28,23 @@ func derivedPauseName(stage string, reason latch.FailureReason, promotion string
 
 // TestDecoyAtTheDerivedNameDoesNotStopThePause plays a person with only
 // kargo-latch-pauser who pre-creates StagePauses at the names the operator
-// will derive for prod's next failure (the derived name and its first
-// alternate), each covering a Stage that does not exist. The failure must
-// still pause prod, under another name: the decoys are reported, never
-// adopted, and nothing resumes.
+// will derive for prod's next failure, each covering a Stage that does not
+// exist: the derived name and its first alternate, or the derived name and
+// every alternate. The failure must still pause prod, under another name
+// (the next alternate, or one the API server generates): the decoys are
+// reported, never adopted, nothing resumes, and a restart makes no second
+// pause.
 func TestDecoyAtTheDerivedNameDoesNotStopThePause(t *testing.T) {
 	t.Parallel()
+	for _, decoys := range []int{2, 4} {
+		t.Run(fmt.Sprintf("%d decoys", decoys), func(t *testing.T) {
+			t.Parallel()
+			decoyScenario(t, decoys)
+		})
+	}
+}
+
+func decoyScenario(t *testing.T, count int) {
 	ns := env.newProject(t)
 	op := startOperator(t, ns, fastSettings())
 	prod := env.createStage(t, ns, "prod", map[string]string{api.PauseOnFailureAnnotation: "true"})
@@ -41,7 +53,10 @@ func TestDecoyAtTheDerivedNameDoesNotStopThePause(t *testing.T) {
 	promotion, err := prod.StartPromotion(ctx)
 	must(t, err)
 	derived := derivedPauseName("prod", latch.ReasonPromotionFailed, promotion)
-	decoys := []string{derived, derived + "-2"}
+	decoys := []string{derived}
+	for attempt := 2; attempt <= count; attempt++ {
+		decoys = append(decoys, fmt.Sprintf("%s-%d", derived, attempt))
+	}
 	for _, name := range decoys {
 		must(t, createPause(env.dev, pause(ns, name, "nowhere", "Manual")))
 	}
@@ -64,8 +79,13 @@ func TestDecoyAtTheDerivedNameDoesNotStopThePause(t *testing.T) {
 	if got := mine.GetAnnotations()[v1alpha1.DerivedNameAnnotation]; got != derived {
 		t.Errorf("the failure's pause's %s = %q, want %q", v1alpha1.DerivedNameAnnotation, got, derived)
 	}
-	if want := derived + "-3"; mine.GetName() != want {
+	switch want := fmt.Sprintf("%s-%d", derived, count+1); {
+	case count < 4 && mine.GetName() != want:
 		t.Errorf("the failure's pause is %s, want the next deterministic name %s", mine.GetName(), want)
+	case count == 4 && (!strings.HasPrefix(mine.GetName(), derived+"-") || len(mine.GetName()) != len(derived)+6):
+		// After the derived name and its 3 alternates: generateName, 5
+		// characters after the dash.
+		t.Errorf("the failure's pause is %s, want a name the API server generated from %s-", mine.GetName(), derived)
 	}
 
 	// Each decoy is reported once, by name, and counted.
