@@ -64,6 +64,9 @@ type Node struct {
 	// Network namespaces that existed before the node started: the
 	// others are the node's Pods', removed by Stop.
 	netnsBefore map[string]bool
+	// The CNI results cached before the node started: the others are
+	// its Pods'.
+	cniBefore map[string]bool
 
 	containerd, kubelet, scheduler, controllerManager *exec.Cmd
 }
@@ -97,7 +100,7 @@ func StartWithNode(ctx context.Context, opts Options) (_ *Cluster, _ *Node, err 
 	if err != nil {
 		return nil, nil, err
 	}
-	n := &Node{Name: NodeName, Dir: dir, netnsBefore: netnsNames()}
+	n := &Node{Name: NodeName, Dir: dir, netnsBefore: netnsNames(), cniBefore: cniResultNames()}
 	defer func() {
 		if err != nil {
 			n.Stop()
@@ -181,8 +184,9 @@ func (n *Node) waitNodeReady(ctx context.Context) error {
 }
 
 // Stop stops the kubelet, the Pods' containers, containerd and the
-// controllers, and removes the Pods' network and the node's directory
-// (kept with KARGO_LATCH_KEEP_CLUSTER_DIR).
+// controllers, and removes the Pods' network, cgroups and log links
+// (node_host.go) and the node's directory (kept with
+// KARGO_LATCH_KEEP_CLUSTER_DIR).
 func (n *Node) Stop() {
 	for _, p := range []*exec.Cmd{n.kubelet, n.scheduler, n.controllerManager} {
 		stopProcess(p)
@@ -194,8 +198,11 @@ func (n *Node) Stop() {
 		n.registry()
 	}
 	removeNetns(n.netnsBefore)
+	removeCNIResults(n.cniBefore)
 	_ = exec.Command("ip", "link", "del", nodeBridge).Run()
 	unmountUnder(n.Dir)
+	removeCgroupRoot()
+	removeLogLinks(n.Dir)
 	if os.Getenv("KARGO_LATCH_KEEP_CLUSTER_DIR") == "" {
 		_ = os.RemoveAll(n.Dir)
 	}

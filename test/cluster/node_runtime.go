@@ -201,29 +201,50 @@ func (n *Node) startRegistry() error {
 `, n.Registry), 0o600)
 }
 
-// stopContainers kills every container of the node's Pods and deletes
-// them, so that no shim outlives the test.
+// stopContainers kills every container of the node's Pods, and waits
+// until containerd has none left running: its CRI plugin deletes a task
+// once it has exited; one it leaves is deleted here. So no shim outlives
+// the test.
 func (n *Node) stopContainers() {
 	if n.containerd == nil || exited(n.containerd) {
 		return
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	var tasks bytes.Buffer
-	if err := n.ctr(ctx, &tasks, "-n", "k8s.io", "tasks", "ls", "-q"); err != nil {
+	tasks, err := n.tasks(ctx)
+	if err != nil {
 		return
 	}
-	for _, id := range strings.Fields(tasks.String()) {
+	for id := range tasks {
 		_ = n.ctr(ctx, nil, "-n", "k8s.io", "tasks", "kill", "-s", "SIGKILL", id)
 	}
-	for _, id := range strings.Fields(tasks.String()) {
-		for range 50 {
-			if n.ctr(ctx, nil, "-n", "k8s.io", "tasks", "delete", id) == nil {
-				break
+	for len(tasks) > 0 && ctx.Err() == nil {
+		time.Sleep(100 * time.Millisecond)
+		if tasks, err = n.tasks(ctx); err != nil {
+			return
+		}
+		for id, status := range tasks {
+			if status == "STOPPED" {
+				_ = n.ctr(ctx, nil, "-n", "k8s.io", "tasks", "delete", id)
 			}
-			time.Sleep(100 * time.Millisecond)
 		}
 	}
+}
+
+// tasks are containerd's tasks of the node's Pods, by ID, with their
+// status (RUNNING, STOPPED, ...).
+func (n *Node) tasks(ctx context.Context) (map[string]string, error) {
+	var out bytes.Buffer
+	if err := n.ctr(ctx, &out, "-n", "k8s.io", "tasks", "ls"); err != nil {
+		return nil, err
+	}
+	tasks := map[string]string{}
+	for _, line := range strings.Split(out.String(), "\n")[1:] {
+		if fields := strings.Fields(line); len(fields) >= 3 {
+			tasks[fields[0]] = fields[2]
+		}
+	}
+	return tasks, nil
 }
 
 // killShims kills the containerd shims of the node's containerd that are
