@@ -39,6 +39,9 @@ const (
 	// The Pods' addresses, apart from the services'.
 	nodePodsFirst = "10.213.1.2"
 	nodePodsLast  = "10.213.1.254"
+	// nodeDirPrefix starts the name of the node's directory, in the
+	// temporary directory.
+	nodeDirPrefix = "kargo-latch-node-"
 	// pauseImage is the sandbox image the node builds and imports.
 	pauseImage = "kargo-latch.test/pause:1"
 
@@ -96,7 +99,7 @@ func StartWithNode(ctx context.Context, opts Options) (_ *Cluster, _ *Node, err 
 			return nil, nil, fmt.Errorf("%s is missing: run `make node-runtime` (it installs Debian's containerd, runc and CNI plugins)", tool)
 		}
 	}
-	dir, err := os.MkdirTemp("", "kargo-latch-node-")
+	dir, err := os.MkdirTemp("", nodeDirPrefix)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -106,6 +109,9 @@ func StartWithNode(ctx context.Context, opts Options) (_ *Cluster, _ *Node, err 
 			n.Stop()
 		}
 	}()
+	if reclaimed := reclaimKilledNode(); reclaimed > 0 {
+		say("node: killed %d processes a node killed before its Stop left", reclaimed)
+	}
 	say("node: creating the Pods' bridge %s (%s, gateway %s)", nodeBridge, nodeSubnet, nodeGateway)
 	if err := createBridge(); err != nil {
 		return nil, nil, err
@@ -194,6 +200,7 @@ func (n *Node) Stop() {
 	n.stopContainers()
 	stopProcess(n.containerd)
 	n.killShims()
+	killCgroupProcesses()
 	if n.registry != nil {
 		n.registry()
 	}
@@ -224,7 +231,10 @@ func (n *Node) startProcess(name, path string, args ...string) (*exec.Cmd, error
 	}
 	cmd := exec.Command(path, args...)
 	cmd.Stdout, cmd.Stderr = logFile, logFile
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	// A process group of its own: a terminal's Ctrl-C reaches the test
+	// or the demo alone, whose Stop then stops the node in order (a
+	// containerd stopped first would leave its containers running).
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL, Setpgid: true}
 	if err := cmd.Start(); err != nil {
 		_ = logFile.Close()
 		return nil, fmt.Errorf("starting %s: %w", name, err)

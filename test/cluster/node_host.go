@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -67,6 +68,40 @@ func createCgroupRoot() error {
 		}
 	}
 	return nil
+}
+
+// reclaimKilledNode kills what a node killed before its Stop (a test
+// killed outright) left running: its shims, which name its containerd's
+// socket in its directory, and its Pods' processes, in the cgroup root;
+// and removes those cgroups. It tells how many processes it killed.
+func reclaimKilledNode() int {
+	killed := killShimsNaming(filepath.Join(os.TempDir(), nodeDirPrefix))
+	killed += killCgroupProcesses()
+	removeCgroupRoot()
+	return killed
+}
+
+// killCgroupProcesses kills every process in the cgroups under
+// nodeCgroupRoot: the Pods' containers and sandboxes, all the node's by
+// construction, whether or not their runtime is still there to stop them.
+// It tells how many.
+func killCgroupProcesses() int {
+	killed := map[int]bool{}
+	for _, m := range cgroupMounts() {
+		_ = filepath.WalkDir(filepath.Join(m, nodeCgroupRoot), func(p string, d os.DirEntry, err error) error {
+			if err != nil || d.IsDir() || d.Name() != "cgroup.procs" {
+				return nil //nolint:nilerr // a cgroup gone meanwhile has nothing left to kill
+			}
+			b, _ := os.ReadFile(p) //nolint:gosec // a cgroup's list of processes
+			for _, field := range strings.Fields(string(b)) {
+				if pid, err := strconv.Atoi(field); err == nil && pid > 1 && !killed[pid] && syscall.Kill(pid, syscall.SIGKILL) == nil {
+					killed[pid] = true
+				}
+			}
+			return nil
+		})
+	}
+	return len(killed)
 }
 
 // removeCgroupRoot removes nodeCgroupRoot and every cgroup under it,

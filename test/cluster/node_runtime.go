@@ -15,6 +15,7 @@ import (
 	"runtime"
 	"strconv"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/google/go-containerregistry/pkg/name"
@@ -250,22 +251,28 @@ func (n *Node) tasks(ctx context.Context) (map[string]string, error) {
 // killShims kills the containerd shims of the node's containerd that are
 // left: those whose command line names its socket.
 func (n *Node) killShims() {
-	if n.socket == "" {
-		return
+	if n.socket != "" {
+		killShimsNaming(n.socket)
 	}
+}
+
+// killShimsNaming kills the containerd shims whose command line holds
+// address (their containerd's socket, or the start of its path), and
+// tells how many.
+func killShimsNaming(address string) int {
+	killed := 0
 	procs, _ := filepath.Glob("/proc/[0-9]*/cmdline")
 	for _, p := range procs {
 		b, err := os.ReadFile(p)
-		if err != nil || !bytes.Contains(b, []byte("containerd-shim")) || !bytes.Contains(b, []byte(n.socket)) {
+		if err != nil || !bytes.Contains(b, []byte("containerd-shim")) || !bytes.Contains(b, []byte(address)) {
 			continue
 		}
 		var pid int
-		if _, err := fmt.Sscanf(p, "/proc/%d/cmdline", &pid); err == nil {
-			if proc, err := os.FindProcess(pid); err == nil {
-				_ = proc.Kill()
-			}
+		if _, err := fmt.Sscanf(p, "/proc/%d/cmdline", &pid); err == nil && syscall.Kill(pid, syscall.SIGKILL) == nil {
+			killed++
 		}
 	}
+	return killed
 }
 
 // ContainerPID is the host PID of a container's process, by the ID the
