@@ -67,9 +67,6 @@ type Node struct {
 	// Network namespaces that existed before the node started: the
 	// others are the node's Pods', removed by Stop.
 	netnsBefore map[string]bool
-	// The CNI results cached before the node started: the others are
-	// its Pods'.
-	cniBefore map[string]bool
 
 	containerd, kubelet, scheduler, controllerManager *exec.Cmd
 }
@@ -99,19 +96,19 @@ func StartWithNode(ctx context.Context, opts Options) (_ *Cluster, _ *Node, err 
 			return nil, nil, fmt.Errorf("%s is missing: run `make node-runtime` (it installs Debian's containerd, runc and CNI plugins)", tool)
 		}
 	}
+	if reclaimed := reclaimKilledNode(); reclaimed > 0 {
+		say("node: killed %d processes a node killed before its Stop left", reclaimed)
+	}
 	dir, err := os.MkdirTemp("", nodeDirPrefix)
 	if err != nil {
 		return nil, nil, err
 	}
-	n := &Node{Name: NodeName, Dir: dir, netnsBefore: netnsNames(), cniBefore: cniResultNames()}
+	n := &Node{Name: NodeName, Dir: dir, netnsBefore: netnsNames()}
 	defer func() {
 		if err != nil {
 			n.Stop()
 		}
 	}()
-	if reclaimed := reclaimKilledNode(); reclaimed > 0 {
-		say("node: killed %d processes a node killed before its Stop left", reclaimed)
-	}
 	say("node: creating the Pods' bridge %s (%s, gateway %s)", nodeBridge, nodeSubnet, nodeGateway)
 	if err := createBridge(); err != nil {
 		return nil, nil, err
@@ -204,8 +201,8 @@ func (n *Node) Stop() {
 	if n.registry != nil {
 		n.registry()
 	}
+	removeCNIAttachments()
 	removeNetns(n.netnsBefore)
-	removeCNIResults(n.cniBefore)
 	_ = exec.Command("ip", "link", "del", nodeBridge).Run()
 	unmountUnder(n.Dir)
 	removeCgroupRoot()

@@ -2,6 +2,7 @@ package cluster
 
 import (
 	"bufio"
+	"encoding/json"
 	"errors"
 	"os"
 	"path/filepath"
@@ -73,10 +74,11 @@ func createCgroupRoot() error {
 // reclaimKilledNode kills what a node killed before its Stop (a test
 // killed outright) left running: its shims, which name its containerd's
 // socket in its directory, and its Pods' processes, in the cgroup root;
-// and removes those cgroups. It tells how many processes it killed.
+// and removes its Pods' network namespaces and those cgroups. It tells how many processes it killed.
 func reclaimKilledNode() int {
 	killed := killShimsNaming(filepath.Join(os.TempDir(), nodeDirPrefix))
 	killed += killCgroupProcesses()
+	removeCNIAttachments()
 	removeCgroupRoot()
 	return killed
 }
@@ -147,26 +149,41 @@ func removeLogLinks(dir string) {
 
 // cniResults is where the CNI library containerd uses caches each Pod's
 // attachment, named after the network ("<network>-<sandbox>-<interface>",
-// "cni-loopback-<sandbox>-lo"). The CRI's teardown removes them; Stop
-// kills the sandboxes without it.
+// "cni-loopback-<sandbox>-lo"), with the network namespace it attached.
+// The CRI's teardown removes them; Stop kills the sandboxes without it.
 const cniResults = "/var/lib/cni/results"
 
-func cniResultNames() map[string]bool {
-	names := map[string]bool{}
+// removeCNIAttachments removes the network namespaces the node's network
+// attached Pods in, as its cached results name them, and those results
+// with their loopback's.
+func removeCNIAttachments() {
 	entries, _ := os.ReadDir(cniResults)
 	for _, e := range entries {
-		names[e.Name()] = true
-	}
-	return names
-}
-
-// removeCNIResults removes the results of the node's network and of the
-// loopback that were not there before the node started.
-func removeCNIResults(before map[string]bool) {
-	for name := range cniResultNames() {
-		ours := strings.HasPrefix(name, cniNetwork+"-") || strings.HasPrefix(name, "cni-loopback-")
-		if ours && !before[name] {
-			_ = os.Remove(filepath.Join(cniResults, name))
+		if !strings.HasPrefix(e.Name(), cniNetwork+"-") {
+			continue
+		}
+		p := filepath.Join(cniResults, e.Name())
+		var cached struct {
+			ContainerID string `json:"containerId"`
+			Result      struct {
+				Interfaces []struct {
+					Sandbox string `json:"sandbox"`
+				} `json:"interfaces"`
+			} `json:"result"`
+		}
+		b, err := os.ReadFile(p)
+		if err != nil || json.Unmarshal(b, &cached) != nil {
+			continue
+		}
+		for _, i := range cached.Result.Interfaces {
+			if filepath.Dir(i.Sandbox) == netnsDir && strings.HasPrefix(filepath.Base(i.Sandbox), "cni-") {
+				_ = syscall.Unmount(i.Sandbox, syscall.MNT_DETACH)
+				_ = os.Remove(i.Sandbox)
+			}
+		}
+		_ = os.Remove(p)
+		if cached.ContainerID != "" {
+			_ = os.Remove(filepath.Join(cniResults, "cni-loopback-"+cached.ContainerID+"-lo"))
 		}
 	}
 }
