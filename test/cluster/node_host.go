@@ -71,15 +71,27 @@ func createCgroupRoot() error {
 	return nil
 }
 
-// reclaimKilledNode kills what a node killed before its Stop (a test
-// killed outright) left running: its shims, which name its containerd's
+// reclaimKilledNode undoes what a node killed before its Stop (a test
+// killed outright) left: it kills its shims, which name its containerd's
 // socket in its directory, and its Pods' processes, in the cgroup root;
-// and removes its Pods' network namespaces and those cgroups. It tells how many processes it killed.
+// removes its Pods' network namespaces and those cgroups; and detaches the
+// mounts under its directory, removed too unless
+// KARGO_LATCH_KEEP_CLUSTER_DIR keeps it, with the kubelet's links to the
+// logs there. It tells how many processes it killed.
 func reclaimKilledNode() int {
-	killed := killShimsNaming(filepath.Join(os.TempDir(), nodeDirPrefix))
+	prefix := filepath.Join(os.TempDir(), nodeDirPrefix)
+	killed := killShimsNaming(prefix)
 	killed += killCgroupProcesses()
 	removeCNIAttachments()
 	removeCgroupRoot()
+	dirs, _ := filepath.Glob(prefix + "*")
+	for _, dir := range dirs {
+		unmountUnder(dir)
+		removeLogLinks(dir)
+		if os.Getenv("KARGO_LATCH_KEEP_CLUSTER_DIR") == "" {
+			_ = os.RemoveAll(dir)
+		}
+	}
 	return killed
 }
 
