@@ -39,8 +39,9 @@ build:
 	$(GO) build -o $(BIN)/kargo-latch ./cmd/kargo-latch
 
 ## test: everything CI runs: lint, unit tests with -race, bounded fuzzing,
-## the image's tests, and the acceptance tests on a real kube-apiserver.
-test: lint unit rules chart fuzz image-test e2e test-reliability
+## the image's tests, the acceptance tests on a real kube-apiserver, and the
+## chart's Pods on a real node (e2e-node, as root).
+test: lint unit rules chart fuzz image-test e2e test-reliability e2e-node
 
 unit:
 	$(GO) test -race -count=1 $(RACE_PKGS) ./cmd/...
@@ -279,7 +280,7 @@ PROMETHEUS_KUBERNETES_SD := $(BIN)/prometheus-kubernetes-sd
 ## Needs root. The first run builds kubelet and kube-scheduler and installs
 ## Debian's containerd, runc and CNI plugins.
 e2e-node: cluster node $(BIN)/helm $(PROMETHEUS_KUBERNETES_SD) image-for-tests
-	$(IMAGE_ENV) KARGO_LATCH_E2E_NODE=1 $(GO) test -count=1 -timeout=20m -v ./test/e2enode | grep -E '^(=== RUN|--- |ok|FAIL|PASS|panic)|_test.go:[0-9]+: |node: '; exit $${PIPESTATUS[0]}
+	$(IMAGE_ENV) KARGO_LATCH_E2E_NODE=1 $(GO) test -count=1 -timeout=20m -v ./test/e2enode | grep -E '^ *(=== RUN|--- |ok|FAIL|PASS|panic)|_test.go:[0-9]+: |node: '; exit $${PIPESTATUS[0]}
 
 ## node: build kubelet and kube-scheduler v1.37.2 into bin/ and install the
 ## container runtime, only what is missing.

@@ -39,6 +39,9 @@ const (
 	// The Pods' addresses, apart from the services'.
 	nodePodsFirst = "10.213.1.2"
 	nodePodsLast  = "10.213.1.254"
+	// nodeDirPrefix starts the name of the node's directory, in the
+	// temporary directory.
+	nodeDirPrefix = "kargo-latch-node-"
 	// pauseImage is the sandbox image the node builds and imports.
 	pauseImage = "kargo-latch.test/pause:1"
 
@@ -93,7 +96,10 @@ func StartWithNode(ctx context.Context, opts Options) (_ *Cluster, _ *Node, err 
 			return nil, nil, fmt.Errorf("%s is missing: run `make node-runtime` (it installs Debian's containerd, runc and CNI plugins)", tool)
 		}
 	}
-	dir, err := os.MkdirTemp("", "kargo-latch-node-")
+	if reclaimed := reclaimKilledNode(); reclaimed > 0 {
+		say("node: killed %d processes a node killed before its Stop left", reclaimed)
+	}
+	dir, err := os.MkdirTemp("", nodeDirPrefix)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -181,8 +187,9 @@ func (n *Node) waitNodeReady(ctx context.Context) error {
 }
 
 // Stop stops the kubelet, the Pods' containers, containerd and the
-// controllers, and removes the Pods' network and the node's directory
-// (kept with KARGO_LATCH_KEEP_CLUSTER_DIR).
+// controllers, and removes the Pods' network, cgroups and log links
+// (node_host.go) and the node's directory (kept with
+// KARGO_LATCH_KEEP_CLUSTER_DIR).
 func (n *Node) Stop() {
 	for _, p := range []*exec.Cmd{n.kubelet, n.scheduler, n.controllerManager} {
 		stopProcess(p)
@@ -190,12 +197,16 @@ func (n *Node) Stop() {
 	n.stopContainers()
 	stopProcess(n.containerd)
 	n.killShims()
+	killCgroupProcesses()
 	if n.registry != nil {
 		n.registry()
 	}
+	removeCNIAttachments()
 	removeNetns(n.netnsBefore)
 	_ = exec.Command("ip", "link", "del", nodeBridge).Run()
 	unmountUnder(n.Dir)
+	removeCgroupRoot()
+	removeLogLinks(n.Dir)
 	if os.Getenv("KARGO_LATCH_KEEP_CLUSTER_DIR") == "" {
 		_ = os.RemoveAll(n.Dir)
 	}
@@ -217,7 +228,10 @@ func (n *Node) startProcess(name, path string, args ...string) (*exec.Cmd, error
 	}
 	cmd := exec.Command(path, args...)
 	cmd.Stdout, cmd.Stderr = logFile, logFile
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	// A process group of its own: a terminal's Ctrl-C reaches the test
+	// or the demo alone, whose Stop then stops the node in order (a
+	// containerd stopped first would leave its containers running).
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL, Setpgid: true}
 	if err := cmd.Start(); err != nil {
 		_ = logFile.Close()
 		return nil, fmt.Errorf("starting %s: %w", name, err)

@@ -18,15 +18,23 @@ import (
 //   - anonymous access with AlwaysAllow, on the bridge's gateway only, so
 //     that the API server reaches it for logs with no client certificate;
 //   - no image garbage collection and no disk eviction, whatever else the
-//     machine keeps on its disk.
+//     machine keeps on its disk;
+//   - what it would leave on the machine kept to the node's own: the Pods'
+//     cgroups under a root of their own (nodeCgroupRoot, which Stop
+//     removes), their logs and the volume plugins' directory under the
+//     node's directory, and no iptables chains (makeIPTablesUtilChains
+//     makes them for kube-proxy, which the node does without).
 const kubeletConfig = `apiVersion: kubelet.config.k8s.io/v1beta1
 kind: KubeletConfiguration
 failCgroupV1: false
 cgroupDriver: cgroupfs
+cgroupRoot: %[4]s
 failSwapOn: false
 enforceNodeAllocatable: []
+makeIPTablesUtilChains: false
 containerRuntimeEndpoint: unix://%[1]s
-podLogsDirectory: %[2]s
+podLogsDir: %[2]s
+volumePluginDir: %[5]s
 address: %[3]s
 healthzBindAddress: 127.0.0.1
 readOnlyPort: 0
@@ -44,8 +52,12 @@ nodeStatusUpdateFrequency: 4s
 // startKubelet writes the kubelet's configuration and credentials, starts
 // it, and waits for its Node to be Ready.
 func (n *Node) startKubelet(ctx context.Context, say func(string, ...any)) error {
+	if err := createCgroupRoot(); err != nil {
+		return fmt.Errorf("making the Pods' cgroup root %s: %w", nodeCgroupRoot, err)
+	}
 	config := filepath.Join(n.Dir, "kubelet.yaml")
-	if err := os.WriteFile(config, fmt.Appendf(nil, kubeletConfig, n.socket, filepath.Join(n.Dir, "pod-logs"), nodeGateway), 0o600); err != nil {
+	if err := os.WriteFile(config, fmt.Appendf(nil, kubeletConfig, n.socket, filepath.Join(n.Dir, "pod-logs"), nodeGateway,
+		nodeCgroupRoot, filepath.Join(n.Dir, "volume-plugins")), 0o600); err != nil {
 		return err
 	}
 	kubeconfig := filepath.Join(n.Dir, "kubelet.kubeconfig")

@@ -32,6 +32,9 @@ func createBridge() error {
 	return nil
 }
 
+// cniNetwork is the name of the Pods' CNI network.
+const cniNetwork = "kargo-latch-node"
+
 // writeCNIConfig writes the bridge network's conflist into dir/net.d, with
 // host-local's leases in dir/ipam.
 func writeCNIConfig(dir string) error {
@@ -40,7 +43,7 @@ func writeCNIConfig(dir string) error {
 	}
 	conf := fmt.Sprintf(`{
   "cniVersion": "1.0.0",
-  "name": "kargo-latch-node",
+  "name": %q,
   "plugins": [
     {
       "type": "bridge",
@@ -57,7 +60,7 @@ func writeCNIConfig(dir string) error {
     {"type": "portmap", "capabilities": {"portMappings": true}}
   ]
 }
-`, nodeBridge, filepath.Join(dir, "ipam"), nodeSubnet, nodePodsFirst, nodePodsLast, nodeGateway)
+`, cniNetwork, nodeBridge, filepath.Join(dir, "ipam"), nodeSubnet, nodePodsFirst, nodePodsLast, nodeGateway)
 	return os.WriteFile(filepath.Join(dir, "net.d", "10-kargo-latch-node.conflist"), []byte(conf), 0o600)
 }
 

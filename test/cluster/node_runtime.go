@@ -15,6 +15,7 @@ import (
 	"runtime"
 	"strconv"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/google/go-containerregistry/pkg/name"
@@ -201,50 +202,77 @@ func (n *Node) startRegistry() error {
 `, n.Registry), 0o600)
 }
 
-// stopContainers kills every container of the node's Pods and deletes
-// them, so that no shim outlives the test.
+// stopContainers kills every container of the node's Pods, and waits
+// until containerd has none left running: its CRI plugin deletes a task
+// once it has exited; one it leaves is deleted here. So no shim outlives
+// the test.
 func (n *Node) stopContainers() {
 	if n.containerd == nil || exited(n.containerd) {
 		return
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	var tasks bytes.Buffer
-	if err := n.ctr(ctx, &tasks, "-n", "k8s.io", "tasks", "ls", "-q"); err != nil {
+	tasks, err := n.tasks(ctx)
+	if err != nil {
 		return
 	}
-	for _, id := range strings.Fields(tasks.String()) {
+	for id := range tasks {
 		_ = n.ctr(ctx, nil, "-n", "k8s.io", "tasks", "kill", "-s", "SIGKILL", id)
 	}
-	for _, id := range strings.Fields(tasks.String()) {
-		for range 50 {
-			if n.ctr(ctx, nil, "-n", "k8s.io", "tasks", "delete", id) == nil {
-				break
+	for len(tasks) > 0 && ctx.Err() == nil {
+		time.Sleep(100 * time.Millisecond)
+		if tasks, err = n.tasks(ctx); err != nil {
+			return
+		}
+		for id, status := range tasks {
+			if status == "STOPPED" {
+				_ = n.ctr(ctx, nil, "-n", "k8s.io", "tasks", "delete", id)
 			}
-			time.Sleep(100 * time.Millisecond)
 		}
 	}
+}
+
+// tasks are containerd's tasks of the node's Pods, by ID, with their
+// status (RUNNING, STOPPED, ...).
+func (n *Node) tasks(ctx context.Context) (map[string]string, error) {
+	var out bytes.Buffer
+	if err := n.ctr(ctx, &out, "-n", "k8s.io", "tasks", "ls"); err != nil {
+		return nil, err
+	}
+	tasks := map[string]string{}
+	for _, line := range strings.Split(out.String(), "\n")[1:] {
+		if fields := strings.Fields(line); len(fields) >= 3 {
+			tasks[fields[0]] = fields[2]
+		}
+	}
+	return tasks, nil
 }
 
 // killShims kills the containerd shims of the node's containerd that are
 // left: those whose command line names its socket.
 func (n *Node) killShims() {
-	if n.socket == "" {
-		return
+	if n.socket != "" {
+		killShimsNaming(n.socket)
 	}
+}
+
+// killShimsNaming kills the containerd shims whose command line holds
+// address (their containerd's socket, or the start of its path), and
+// tells how many.
+func killShimsNaming(address string) int {
+	killed := 0
 	procs, _ := filepath.Glob("/proc/[0-9]*/cmdline")
 	for _, p := range procs {
 		b, err := os.ReadFile(p)
-		if err != nil || !bytes.Contains(b, []byte("containerd-shim")) || !bytes.Contains(b, []byte(n.socket)) {
+		if err != nil || !bytes.Contains(b, []byte("containerd-shim")) || !bytes.Contains(b, []byte(address)) {
 			continue
 		}
 		var pid int
-		if _, err := fmt.Sscanf(p, "/proc/%d/cmdline", &pid); err == nil {
-			if proc, err := os.FindProcess(pid); err == nil {
-				_ = proc.Kill()
-			}
+		if _, err := fmt.Sscanf(p, "/proc/%d/cmdline", &pid); err == nil && syscall.Kill(pid, syscall.SIGKILL) == nil {
+			killed++
 		}
 	}
+	return killed
 }
 
 // ContainerPID is the host PID of a container's process, by the ID the

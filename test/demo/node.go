@@ -16,6 +16,7 @@ import (
 
 	"github.com/kargo-latch/kargo-latch/hack/image/ociimage"
 	"github.com/kargo-latch/kargo-latch/test/cluster"
+	"github.com/kargo-latch/kargo-latch/test/driver"
 )
 
 // runOnNode is DEMO_NODE=1: the same stories, with kargo-latch installed by
@@ -33,11 +34,24 @@ func runOnNode(ctx context.Context) error {
 	}
 	defer c.Stop()
 	defer n.Stop()
+	say("Starting Argo Rollouts' analysis controller v1.10.2 (bin/rollouts-controller --controllers analysis) with its CRDs")
+	rollouts, err := c.StartRollouts(ctx, cluster.RolloutsOptions{})
+	if err != nil {
+		return err
+	}
+	defer rollouts.Stop()
+	metric := driver.NewMetricServer()
+	defer metric.Close()
 	d, err := setUpOnNode(ctx, c, n)
 	if err != nil {
 		return err
 	}
+	d.rollouts, d.metric = rollouts, metric
 	if err := d.play(ctx); err != nil {
+		for _, r := range d.replicas {
+			fmt.Fprintf(os.Stderr, "last lines of Pod %s's log:\n%s\n", r.name, podLog(d.kube, r.name, 30))
+		}
+		fmt.Fprintf(os.Stderr, "last lines of Argo Rollouts' log:\n%s\n", tail(rollouts.Log, 20))
 		return err
 	}
 	if os.Getenv("DEMO_KEEP") != "" {
@@ -93,12 +107,16 @@ func setUpOnNode(ctx context.Context, c *cluster.Cluster, n *cluster.Node) (*dem
 		"--namespace", "kargo-latch", "--create-namespace", "--kubeconfig", d.adminKubeconfig,
 		"--set", "image.repository="+repository, "--set", "image.tag="+tag,
 		"--set", "controller.namespaces={"+project+"}", "--set", "markVerified.installRights=true",
+		// As the demo's own overlay does (installWithOptIns), and its
+		// replicas' --verify-grace.
+		"--set", "verifyOnLatch.installRights=true", "--set", "controller.verifyGrace="+verifyGrace.String(),
 		"--set", "crds.install=false") // the test cluster has the CRD
 	helm.Env = append(os.Environ(), "HELM_CACHE_HOME="+filepath.Join(c.Dir, "helm"), "HELM_CONFIG_HOME="+filepath.Join(c.Dir, "helm"), "HELM_DATA_HOME="+filepath.Join(c.Dir, "helm"))
 	if out, err := helm.CombinedOutput(); err != nil {
 		return nil, fmt.Errorf("helm install: %w\n%s", err, out)
 	}
-	say("  helm install kargo-latch charts/kargo-latch --set image.repository=%s --set image.tag=%s (2 replicas)", repository, tag)
+	say("  helm install kargo-latch charts/kargo-latch --set image.repository=%s --set image.tag=%s (2 replicas),", repository, tag)
+	say("  with markVerified.installRights and verifyOnLatch.installRights (the opt-ins), controller.verifyGrace=%s", verifyGrace)
 	var pods []corev1.Pod
 	deadline := time.Now().Add(3 * time.Minute)
 	for len(pods) != 2 {
@@ -113,6 +131,17 @@ func setUpOnNode(ctx context.Context, c *cluster.Cluster, n *cluster.Node) (*dem
 		d.replicas = append(d.replicas, &replica{name: p.Name, metricsURL: "http://" + p.Status.PodIP + ":8080/metrics"})
 	}
 	return d, nil
+}
+
+// podLog is the end of a Pod's log, as `kubectl logs --tail` gives it.
+func podLog(kube kubernetes.Interface, pod string, lines int64) string {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	b, err := kube.CoreV1().Pods("kargo-latch").GetLogs(pod, &corev1.PodLogOptions{TailLines: &lines}).DoRaw(ctx)
+	if err != nil {
+		return err.Error()
+	}
+	return string(b)
 }
 
 // readyPods are the release's Ready Pods.

@@ -1,6 +1,7 @@
 package e2enode
 
 import (
+	"bytes"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -108,7 +109,13 @@ var selector = labels.Set{"app.kubernetes.io/instance": release}.String()
 
 // pods are the release's Pods that are not being deleted.
 func (w *world) pods(ctx context.Context) ([]corev1.Pod, error) {
-	l, err := w.kube.CoreV1().Pods(releaseNS).List(ctx, metav1.ListOptions{LabelSelector: selector})
+	return w.podsOf(ctx, selector)
+}
+
+// podsOf are the Pods of the release's namespace that podSelector picks
+// and that are not being deleted.
+func (w *world) podsOf(ctx context.Context, podSelector string) ([]corev1.Pod, error) {
+	l, err := w.kube.CoreV1().Pods(releaseNS).List(ctx, metav1.ListOptions{LabelSelector: podSelector})
 	if err != nil {
 		return nil, err
 	}
@@ -130,33 +137,43 @@ func ready(p corev1.Pod) bool {
 	return false
 }
 
-// waitDeployment waits until the Deployment has rolled out: its replicas
-// all updated and available, and exactly that many Pods, all Running and
-// Ready. A Pod that cannot start is told, with its state.
+// waitDeployment waits until the release's Deployment has rolled out: its
+// replicas all updated and available, and exactly that many Pods, all
+// Running and Ready. A Pod that cannot start, or that the kubelet restarts
+// for failing its liveness probe, fails it at once, with its state.
 func (w *world) waitDeployment(ctx context.Context, limit time.Duration) error {
+	return w.waitRollout(ctx, release, selector, limit)
+}
+
+// waitRollout is waitDeployment for the Deployment name of the release's
+// namespace, whose Pods podSelector picks.
+func (w *world) waitRollout(ctx context.Context, name, podSelector string, limit time.Duration) error {
 	var last string
-	err := poll(ctx, "the Deployment's Pods to be Running and Ready", limit, func() (bool, error) {
-		d, err := w.kube.AppsV1().Deployments(releaseNS).Get(ctx, release, metav1.GetOptions{})
+	err := poll(ctx, "the Deployment "+name+"'s Pods to be Running and Ready", limit, func() (bool, error) {
+		d, err := w.kube.AppsV1().Deployments(releaseNS).Get(ctx, name, metav1.GetOptions{})
 		if err != nil {
 			return false, err
 		}
-		pods, err := w.pods(ctx)
+		pods, err := w.podsOf(ctx, podSelector)
 		if err != nil {
 			return false, err
 		}
 		want := *d.Spec.Replicas
 		last = fmt.Sprintf("generation %d/%d, %d updated, %d available of %d; pods: %s", d.Status.ObservedGeneration, d.Generation,
 			d.Status.UpdatedReplicas, d.Status.AvailableReplicas, want, describePods(pods))
+		for _, p := range pods {
+			for _, c := range p.Status.ContainerStatuses {
+				if wait := c.State.Waiting; wait != nil && hopeless[wait.Reason] {
+					return false, permanent{fmt.Errorf("Pod %s cannot run: %s: %s%s", p.Name, wait.Reason, wait.Message, w.lastLog(ctx, p, c))}
+				}
+			}
+		}
+		if err := w.livenessKills(ctx, pods); err != nil {
+			return false, err
+		}
 		if d.Status.ObservedGeneration < d.Generation || d.Status.UpdatedReplicas != want ||
 			d.Status.AvailableReplicas != want || d.Status.Replicas != want || int32(len(pods)) != want {
 			return false, nil
-		}
-		for _, p := range pods {
-			for _, c := range p.Status.ContainerStatuses {
-				if w := c.State.Waiting; w != nil && hopeless[w.Reason] {
-					return false, permanent{fmt.Errorf("Pod %s cannot run: %s: %s", p.Name, w.Reason, w.Message)}
-				}
-			}
 		}
 		for _, p := range pods {
 			if p.Status.Phase != corev1.PodRunning || !ready(p) {
@@ -177,6 +194,43 @@ var hopeless = map[string]bool{
 	"CreateContainerError": true, "CreateContainerConfigError": true, "RunContainerError": true,
 }
 
+// lastLog is the end of the log of a container's last run, when it ran
+// and ended: what a process that could not start said (runc writes there
+// why the exec failed), as `kubectl logs --previous` shows it.
+func (w *world) lastLog(ctx context.Context, p corev1.Pod, c corev1.ContainerStatus) string {
+	if c.LastTerminationState.Terminated == nil {
+		return ""
+	}
+	lines := int64(5)
+	b, err := w.kube.CoreV1().Pods(p.Namespace).GetLogs(p.Name, &corev1.PodLogOptions{Container: c.Name, Previous: true, TailLines: &lines}).DoRaw(ctx)
+	if err != nil || len(bytes.TrimSpace(b)) == 0 {
+		return ""
+	}
+	return "; its last run's log: " + strings.TrimSpace(string(b))
+}
+
+// livenessKills is a permanent error when the kubelet has killed a
+// container of pods for failing its liveness probe: the operator answers
+// its probes from its start, so a probe that fails three times in a row
+// (the chart's periodSeconds apart) reaches the wrong port or path.
+func (w *world) livenessKills(ctx context.Context, pods []corev1.Pod) error {
+	if len(pods) == 0 {
+		return nil
+	}
+	events, err := w.kube.CoreV1().Events(releaseNS).List(ctx, metav1.ListOptions{FieldSelector: "involvedObject.kind=Pod,reason=Killing"})
+	if err != nil {
+		return err
+	}
+	for _, p := range pods {
+		for _, e := range events.Items {
+			if e.InvolvedObject.UID == p.UID && strings.Contains(e.Message, "failed liveness probe") {
+				return permanent{fmt.Errorf("the kubelet restarts Pod %s: %s", p.Name, e.Message)}
+			}
+		}
+	}
+	return nil
+}
+
 func describePods(pods []corev1.Pod) string {
 	var parts []string
 	for _, p := range pods {
@@ -185,8 +239,8 @@ func describePods(pods []corev1.Pod) string {
 			if c.State.Waiting != nil {
 				s += fmt.Sprintf(" waiting %s: %s", c.State.Waiting.Reason, c.State.Waiting.Message)
 			}
-			if c.LastTerminationState.Terminated != nil {
-				s += fmt.Sprintf(" last exit %d (%s)", c.LastTerminationState.Terminated.ExitCode, c.LastTerminationState.Terminated.Reason)
+			if last := c.LastTerminationState.Terminated; last != nil {
+				s += fmt.Sprintf(" last exit %d (%s: %s)", last.ExitCode, last.Reason, strings.TrimSpace(last.Message))
 			}
 		}
 		parts = append(parts, s)

@@ -74,8 +74,13 @@ func run(m *testing.M) int {
 	}
 	w := &world{cluster: c, node: n}
 	defer func() {
+		say("stopping the node and the cluster")
 		n.Stop()
 		c.Stop()
+		if w.helmHome != "" {
+			_ = os.RemoveAll(w.helmHome)
+		}
+		say("stopped")
 	}()
 	if err := w.setUp(ctx, say); err != nil {
 		fmt.Fprintln(os.Stderr, "e2enode:", err)
