@@ -92,7 +92,7 @@ func StartWithNode(ctx context.Context, opts Options) (_ *Cluster, _ *Node, err 
 	}
 	for _, tool := range []string{"containerd", "runc", "ctr", "ip", "/usr/lib/cni/bridge"} {
 		if _, err := exec.LookPath(tool); err != nil {
-			return nil, nil, fmt.Errorf("%s is missing: run `make node-runtime` (it installs Debian's containerd, runc and CNI plugins)", tool)
+			return nil, nil, fmt.Errorf("%s is missing: run `make node-runtime` (it installs Debian's containerd, runc, CNI plugins and iproute2)", tool)
 		}
 	}
 	lock, err := lockNode()

@@ -59,8 +59,7 @@ func writeCNIConfig(dir string) error {
         "dataDir": %q,
         "ranges": [[{"subnet": %q, "rangeStart": %q, "rangeEnd": %q, "gateway": %q}]]
       }
-    },
-    {"type": "portmap", "capabilities": {"portMappings": true}}
+    }
   ]
 }
 `, cniNetwork, nodeBridge, filepath.Join(dir, "ipam"), nodeSubnet, nodePodsFirst, nodePodsLast, nodeGateway)
