@@ -280,7 +280,10 @@ PROMETHEUS_KUBERNETES_SD := $(BIN)/prometheus-kubernetes-sd
 ## Needs root. The first run builds kubelet and kube-scheduler and installs
 ## Debian's containerd, runc and CNI plugins.
 e2e-node: cluster node $(BIN)/helm $(PROMETHEUS_KUBERNETES_SD) image-for-tests
-	$(IMAGE_ENV) KARGO_LATCH_E2E_NODE=1 $(GO) test -count=1 -timeout=20m -v ./test/e2enode | grep -E '^ *(=== RUN|--- |ok|FAIL|PASS|panic)|_test.go:[0-9]+: |node: '; exit $${PIPESTATUS[0]}
+	@mkdir -p dist
+	@echo ">> The suite's full output (a failure's details over several lines, a panic's stack): dist/e2e-node.log"
+	$(IMAGE_ENV) KARGO_LATCH_E2E_NODE=1 $(GO) test -count=1 -timeout=20m -v ./test/e2enode 2>&1 | tee dist/e2e-node.log | grep -E '^ *(=== RUN|--- |ok|FAIL|PASS|panic)|_test.go:[0-9]+: |node: '; status=$${PIPESTATUS[0]}; \
+	if [ $$status -ne 0 ]; then echo ">> make e2e-node failed: the full output is in dist/e2e-node.log"; fi; exit $$status
 
 ## node: build kubelet and kube-scheduler v1.37.2 into bin/ and install the
 ## container runtime, only what is missing.
