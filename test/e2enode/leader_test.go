@@ -72,23 +72,23 @@ func TestDeletedLeaderPodHandsOver(t *testing.T) {
 	project := env.newProject(t)
 
 	leader := env.waitLeader(t, "", waitLimit)
-	log := env.followPauses(t)
-	churn := env.startChurn(t, project, "churn")
-	churn.waitFailedSince(t, time.Time{}, 4)
+	logs := env.followPauses(t)
+	failing := env.startChurn(t, project, "churn")
+	failing.waitFailedSince(t, time.Time{}, 4)
 	deleted := time.Now()
 	must(t, env.kube.CoreV1().Pods(releaseNS).Delete(ctx, leader, metav1.DeleteOptions{}))
 	next := env.waitLeader(t, leader, failoverLimit)
 	took := time.Since(deleted)
 	t.Logf("Pod %s leads %.1fs after %s was deleted", next, took.Seconds(), leader)
-	churn.waitFailedSince(t, time.Now(), 4)
-	failures := churn.finish(t)
+	failing.waitFailedSince(t, time.Now(), 4)
+	failures := failing.finish(t)
 	// A deleted Pod's operator releases the Lease as it stops; the
 	// standby's next try (every 2s) takes it: never the 14s of a kill.
 	if took > 14*time.Second {
 		t.Errorf("the standby took %.1fs to lead, want under the 14s of docs/reliability.md", took.Seconds())
 	}
 	allPausedOnce(t, project, failures)
-	counts := countByPod(t, failures, log.pausedBy(t, failures), deleted)
+	counts := countByPod(t, failures, logs.pausedBy(t, failures), deleted)
 	if counts[next] == 0 {
 		t.Errorf("the new leader %s paused none of the %d Stages that failed through the handover", next, len(failures))
 	}

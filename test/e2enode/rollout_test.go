@@ -47,9 +47,9 @@ func TestRollingUpdateKeepsEveryPromise(t *testing.T) {
 	// Churn: a Stage fails every failCadence, without waiting for its
 	// pause, from before the upgrade until the rollout is over, and four
 	// more after.
-	log := env.followPauses(t)
-	churn := env.startChurn(t, project, "churn")
-	churn.waitFailedSince(t, time.Time{}, 4)
+	logs := env.followPauses(t)
+	failing := env.startChurn(t, project, "churn")
+	failing.waitFailedSince(t, time.Time{}, 4)
 	started := time.Now()
 	if out, err := env.helm(ctx, "upgrade", release, env.cluster.Root+"/charts/kargo-latch", "--namespace", releaseNS,
 		"--reuse-values", "--set", "image.tag="+newTag, "--wait=false"); err != nil {
@@ -69,8 +69,8 @@ func TestRollingUpdateKeepsEveryPromise(t *testing.T) {
 	waitFor(t, "the rollout to "+newTag+" during the churn", rolloutLimit, func() (bool, error) {
 		return rolledOut(ctx, newTag), nil
 	})
-	churn.waitFailedSince(t, time.Now(), 4)
-	failures := churn.finish(t)
+	failing.waitFailedSince(t, time.Now(), 4)
+	failures := failing.finish(t)
 	t.Logf("the rollout was over after %.1fs", time.Since(started).Seconds())
 	must(t, env.waitDeployment(ctx, 2*time.Minute))
 	now, err := env.pods(ctx)
@@ -86,11 +86,11 @@ func TestRollingUpdateKeepsEveryPromise(t *testing.T) {
 		}
 	}
 	allPausedOnce(t, project, failures)
-	pods := log.pausedBy(t, failures)
+	pods := logs.pausedBy(t, failures)
 	countByPod(t, failures, pods, started)
 	byNew := 0
 	for _, pod := range pods {
-		if pod != "" && log.image(pod) == env.repository+":"+newTag {
+		if pod != "" && logs.image(pod) == env.repository+":"+newTag {
 			byNew++
 		}
 	}
