@@ -20,7 +20,7 @@ var nodeLockFile = filepath.Join(nodeRunDir, "lock")
 // lockNode takes the node's lock, with this process's pid in it, or
 // tells which process holds it. Release it with releaseNodeLock.
 func lockNode() (*os.File, error) {
-	if err := os.MkdirAll(nodeRunDir, 0o700); err != nil {
+	if err := os.MkdirAll(filepath.Dir(nodeLockFile), 0o700); err != nil {
 		return nil, err
 	}
 	f, err := os.OpenFile(nodeLockFile, os.O_CREATE|os.O_RDWR, 0o600)

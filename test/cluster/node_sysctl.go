@@ -32,8 +32,11 @@ const nodeRunDir = "/run/kargo-latch-node"
 // "name value" a line.
 var sysctlsSaved = filepath.Join(nodeRunDir, "sysctl.saved")
 
+// procSys is where the kernel's settings are files.
+var procSys = "/proc/sys"
+
 func sysctlPath(name string) string {
-	return filepath.Join("/proc/sys", strings.ReplaceAll(name, ".", "/"))
+	return filepath.Join(procSys, strings.ReplaceAll(name, ".", "/"))
 }
 
 // saveSysctls saves the kernel settings the kubelet changes, unless a
@@ -41,7 +44,7 @@ func sysctlPath(name string) string {
 // still, not restored (reclaimKilledNode said why): those are the
 // machine's, kept.
 func saveSysctls() error {
-	if err := os.MkdirAll(nodeRunDir, 0o700); err != nil {
+	if err := os.MkdirAll(filepath.Dir(sysctlsSaved), 0o700); err != nil {
 		return err
 	}
 	if _, err := os.Stat(sysctlsSaved); err == nil {
