@@ -74,10 +74,14 @@ func (w *world) startChurn(t *testing.T, project, prefix string) *churn {
 	return c
 }
 
-// waitFailedSince waits until n Stages failed after since.
-func (c *churn) waitFailedSince(t *testing.T, since time.Time, n int) {
+// failuresAround is how many Stages fail before and after a moment that
+// matters (a handover begun, a rollout over): a second of churn.
+const failuresAround = 4
+
+// waitFailedSince waits until failuresAround Stages failed after since.
+func (c *churn) waitFailedSince(t *testing.T, since time.Time) {
 	t.Helper()
-	waitFor(t, fmt.Sprintf("%d Stages to fail", n), waitLimit, func() (bool, error) {
+	waitFor(t, fmt.Sprintf("%d Stages to fail", failuresAround), waitLimit, func() (bool, error) {
 		c.mu.Lock()
 		defer c.mu.Unlock()
 		count := 0
@@ -86,7 +90,7 @@ func (c *churn) waitFailedSince(t *testing.T, since time.Time, n int) {
 				count++
 			}
 		}
-		return count >= n, c.err
+		return count >= failuresAround, c.err
 	})
 }
 

@@ -74,13 +74,13 @@ func TestDeletedLeaderPodHandsOver(t *testing.T) {
 	leader := env.waitLeader(t, "", waitLimit)
 	logs := env.followPauses(t)
 	failing := env.startChurn(t, project, "churn")
-	failing.waitFailedSince(t, time.Time{}, 4)
+	failing.waitFailedSince(t, time.Time{})
 	deleted := time.Now()
 	must(t, env.kube.CoreV1().Pods(releaseNS).Delete(ctx, leader, metav1.DeleteOptions{}))
 	next := env.waitLeader(t, leader, failoverLimit)
 	took := time.Since(deleted)
 	t.Logf("Pod %s leads %.1fs after %s was deleted", next, took.Seconds(), leader)
-	failing.waitFailedSince(t, time.Now(), 4)
+	failing.waitFailedSince(t, time.Now())
 	failures := failing.finish(t)
 	// A deleted Pod's operator releases the Lease as it stops; the
 	// standby's next try (every 2s) takes it: never the 14s of a kill.
