@@ -280,7 +280,10 @@ PROMETHEUS_KUBERNETES_SD := $(BIN)/prometheus-kubernetes-sd
 ## Needs root. The first run builds kubelet and kube-scheduler and installs
 ## Debian's containerd, runc and CNI plugins.
 e2e-node: cluster node $(BIN)/helm $(PROMETHEUS_KUBERNETES_SD) image-for-tests
-	$(IMAGE_ENV) KARGO_LATCH_E2E_NODE=1 $(GO) test -count=1 -timeout=20m -v ./test/e2enode | grep -E '^ *(=== RUN|--- |ok|FAIL|PASS|panic)|_test.go:[0-9]+: |node: '; exit $${PIPESTATUS[0]}
+	@mkdir -p dist
+	@echo ">> The suite's full output (a failure's details over several lines, a panic's stack): dist/e2e-node.log"
+	$(IMAGE_ENV) KARGO_LATCH_E2E_NODE=1 $(GO) test -count=1 -timeout=20m -v ./test/e2enode 2>&1 | tee dist/e2e-node.log | grep -E '^ *(=== RUN|--- |ok|FAIL|PASS|panic)|_test.go:[0-9]+: |node: '; status=$${PIPESTATUS[0]}; \
+	if [ $$status -ne 0 ]; then echo ">> make e2e-node failed: the full output is in dist/e2e-node.log"; fi; exit $$status
 
 ## node: build kubelet and kube-scheduler v1.37.2 into bin/ and install the
 ## container runtime, only what is missing.
@@ -299,15 +302,16 @@ $(BIN)/kube-scheduler: $(BIN)/kube-apiserver
 		awk '{ n++; if (n % 100 == 0) printf("   ... %d packages compiled\n", n); fflush() } END { printf("   ... done (%d packages)\n", n) }'
 	@test -x $@ || (echo "building kube-scheduler failed; run: cd test/tools && go build k8s.io/kubernetes/cmd/kube-scheduler" && exit 1)
 
-# Debian's containerd, runc and CNI plugins (in /usr/lib/cni), installed
-# only when missing, with one apt-get update. iptables is the bridge
-# plugin's, for the Pods' masquerade and port maps.
+# Debian's containerd (with ctr), runc, CNI plugins (in /usr/lib/cni) and
+# iproute2 (ip, for the Pods' bridge), installed only when missing, with one
+# apt-get update. No iptables: the node has no masquerade, no port maps and
+# no kube-proxy.
 node-runtime:
 	@missing=""; \
-	command -v containerd >/dev/null || missing="$$missing containerd"; \
+	{ command -v containerd && command -v ctr; } >/dev/null || missing="$$missing containerd"; \
 	command -v runc >/dev/null || missing="$$missing runc"; \
 	test -x /usr/lib/cni/bridge || missing="$$missing containernetworking-plugins"; \
-	command -v iptables >/dev/null || missing="$$missing iptables"; \
+	command -v ip >/dev/null || missing="$$missing iproute2"; \
 	if [ -n "$$missing" ]; then \
 		echo ">> Installing$$missing from Debian (apt-get update, then apt-get install; first run only, needs root)..."; \
 		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $$missing >/dev/null || exit 1; \

@@ -64,9 +64,8 @@ type Node struct {
 	registry func()
 	// containerd's socket.
 	socket string
-	// Network namespaces that existed before the node started: the
-	// others are the node's Pods', removed by Stop.
-	netnsBefore map[string]bool
+	// The lock that keeps one node per machine, held until Stop ends.
+	lock *os.File
 
 	containerd, kubelet, scheduler, controllerManager *exec.Cmd
 }
@@ -93,17 +92,23 @@ func StartWithNode(ctx context.Context, opts Options) (_ *Cluster, _ *Node, err 
 	}
 	for _, tool := range []string{"containerd", "runc", "ctr", "ip", "/usr/lib/cni/bridge"} {
 		if _, err := exec.LookPath(tool); err != nil {
-			return nil, nil, fmt.Errorf("%s is missing: run `make node-runtime` (it installs Debian's containerd, runc and CNI plugins)", tool)
+			return nil, nil, fmt.Errorf("%s is missing: run `make node-runtime` (it installs Debian's containerd, runc, CNI plugins and iproute2)", tool)
 		}
 	}
-	if reclaimed := reclaimKilledNode(); reclaimed > 0 {
+	lock, err := lockNode()
+	if err != nil {
+		return nil, nil, err
+	}
+	// With the lock, whatever a node left was left by one killed outright.
+	if reclaimed := reclaimKilledNode(say); reclaimed > 0 {
 		say("node: killed %d processes a node killed before its Stop left", reclaimed)
 	}
 	dir, err := os.MkdirTemp("", nodeDirPrefix)
 	if err != nil {
+		releaseNodeLock(lock)
 		return nil, nil, err
 	}
-	n := &Node{Name: NodeName, Dir: dir, netnsBefore: netnsNames()}
+	n := &Node{Name: NodeName, Dir: dir, lock: lock}
 	defer func() {
 		if err != nil {
 			n.Stop()
@@ -187,9 +192,10 @@ func (n *Node) waitNodeReady(ctx context.Context) error {
 }
 
 // Stop stops the kubelet, the Pods' containers, containerd and the
-// controllers, and removes the Pods' network, cgroups and log links
+// controllers, removes the Pods' network, cgroups and log links
 // (node_host.go) and the node's directory (kept with
-// KARGO_LATCH_KEEP_CLUSTER_DIR).
+// KARGO_LATCH_KEEP_CLUSTER_DIR), puts back the kernel settings the kubelet
+// changed (node_sysctl.go), and releases the node's lock.
 func (n *Node) Stop() {
 	for _, p := range []*exec.Cmd{n.kubelet, n.scheduler, n.controllerManager} {
 		stopProcess(p)
@@ -202,14 +208,17 @@ func (n *Node) Stop() {
 		n.registry()
 	}
 	removeCNIAttachments()
-	removeNetns(n.netnsBefore)
 	_ = exec.Command("ip", "link", "del", nodeBridge).Run()
 	unmountUnder(n.Dir)
 	removeCgroupRoot()
 	removeLogLinks(n.Dir)
+	if err := restoreSysctls(); err != nil {
+		fmt.Fprintf(os.Stderr, "node: the kernel settings the kubelet changed stay changed: %v (their values before it are in %s)\n", err, sysctlsSaved)
+	}
 	if os.Getenv("KARGO_LATCH_KEEP_CLUSTER_DIR") == "" {
 		_ = os.RemoveAll(n.Dir)
 	}
+	releaseNodeLock(n.lock)
 }
 
 func stopProcess(p *exec.Cmd) {

@@ -74,16 +74,21 @@ func createCgroupRoot() error {
 // reclaimKilledNode undoes what a node killed before its Stop (a test
 // killed outright) left: it kills its shims, which name its containerd's
 // socket in its directory, and its Pods' processes, in the cgroup root;
-// removes its Pods' network namespaces and those cgroups; and detaches the
-// mounts under its directory, removed too unless
-// KARGO_LATCH_KEEP_CLUSTER_DIR keeps it, with the kubelet's links to the
-// logs there. It tells how many processes it killed.
-func reclaimKilledNode() int {
+// removes its Pods' network namespaces and those cgroups; puts back the
+// kernel settings its kubelet changed; and detaches the mounts under its
+// directory, removed too unless KARGO_LATCH_KEEP_CLUSTER_DIR keeps it, with
+// the kubelet's links to the logs there. It tells how many processes it
+// killed. Only with the node's lock (node_lock.go): a running node's are
+// the same.
+func reclaimKilledNode(say func(string, ...any)) int {
 	prefix := filepath.Join(os.TempDir(), nodeDirPrefix)
 	killed := killShimsNaming(prefix)
 	killed += killCgroupProcesses()
 	removeCNIAttachments()
 	removeCgroupRoot()
+	if err := restoreSysctls(); err != nil {
+		say("node: the kernel settings a killed node's kubelet changed stay changed: %v", err)
+	}
 	dirs, _ := filepath.Glob(prefix + "*")
 	for _, dir := range dirs {
 		unmountUnder(dir)

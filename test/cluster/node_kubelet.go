@@ -23,7 +23,9 @@ import (
 //     cgroups under a root of their own (nodeCgroupRoot, which Stop
 //     removes), their logs and the volume plugins' directory under the
 //     node's directory, and no iptables chains (makeIPTablesUtilChains
-//     makes them for kube-proxy, which the node does without).
+//     makes them for kube-proxy, which the node does without); the kernel
+//     settings it changes are saved before it starts and put back by Stop
+//     (node_sysctl.go).
 const kubeletConfig = `apiVersion: kubelet.config.k8s.io/v1beta1
 kind: KubeletConfiguration
 failCgroupV1: false
@@ -54,6 +56,9 @@ nodeStatusUpdateFrequency: 4s
 func (n *Node) startKubelet(ctx context.Context, say func(string, ...any)) error {
 	if err := createCgroupRoot(); err != nil {
 		return fmt.Errorf("making the Pods' cgroup root %s: %w", nodeCgroupRoot, err)
+	}
+	if err := saveSysctls(); err != nil {
+		return fmt.Errorf("saving the kernel settings the kubelet changes: %w", err)
 	}
 	config := filepath.Join(n.Dir, "kubelet.yaml")
 	if err := os.WriteFile(config, fmt.Appendf(nil, kubeletConfig, n.socket, filepath.Join(n.Dir, "pod-logs"), nodeGateway,

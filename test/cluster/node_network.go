@@ -14,7 +14,10 @@ import (
 // The Pods' network: a bridge of the node's own, with the gateway address
 // the API server binds to, made before the API server starts; the CNI
 // bridge plugin attaches each Pod to it with an address from host-local.
-// Nothing leaves the node: no masquerade, no route out of the subnet.
+// Nothing leaves the node: no masquerade, no route out of the subnet, and
+// no gateway (isGateway false), so the bridge plugin leaves the machine's
+// IP forwarding as it is. The Pods reach the bridge's address, the API
+// server's, on their own subnet.
 
 // createBridge makes the bridge with its gateway address, replacing one a
 // killed test left.
@@ -48,7 +51,7 @@ func writeCNIConfig(dir string) error {
     {
       "type": "bridge",
       "bridge": %q,
-      "isGateway": true,
+      "isGateway": false,
       "ipMasq": false,
       "hairpinMode": true,
       "ipam": {
@@ -56,8 +59,7 @@ func writeCNIConfig(dir string) error {
         "dataDir": %q,
         "ranges": [[{"subnet": %q, "rangeStart": %q, "rangeEnd": %q, "gateway": %q}]]
       }
-    },
-    {"type": "portmap", "capabilities": {"portMappings": true}}
+    }
   ]
 }
 `, cniNetwork, nodeBridge, filepath.Join(dir, "ipam"), nodeSubnet, nodePodsFirst, nodePodsLast, nodeGateway)
@@ -67,28 +69,6 @@ func writeCNIConfig(dir string) error {
 // netnsDir is where containerd's CRI plugin pins the Pods' network
 // namespaces.
 const netnsDir = "/var/run/netns"
-
-func netnsNames() map[string]bool {
-	names := map[string]bool{}
-	entries, _ := os.ReadDir(netnsDir)
-	for _, e := range entries {
-		names[e.Name()] = true
-	}
-	return names
-}
-
-// removeNetns unpins and removes the network namespaces containerd made
-// for the node's Pods (cni-*) that were not there before.
-func removeNetns(before map[string]bool) {
-	for name := range netnsNames() {
-		if before[name] || !strings.HasPrefix(name, "cni-") {
-			continue
-		}
-		p := filepath.Join(netnsDir, name)
-		_ = syscall.Unmount(p, syscall.MNT_DETACH)
-		_ = os.Remove(p)
-	}
-}
 
 // unmountUnder detaches every mount under dir (the Pods' volumes, their
 // root filesystems), deepest first, so that dir can be removed.

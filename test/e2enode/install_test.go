@@ -3,6 +3,7 @@ package e2enode
 import (
 	"bufio"
 	"context"
+	"math"
 	"os"
 	"path/filepath"
 	"slices"
@@ -181,22 +182,68 @@ func environment(t *testing.T, proc string) map[string]string {
 	return env
 }
 
-// memoryLimit is the limit of the process's memory cgroup (v1, as the
-// kubelet's cgroupfs driver sets it here).
+// memoryLimit is the limit of the process's memory cgroup: v1's
+// memory.limit_in_bytes in the memory hierarchy (as the kubelet's cgroupfs
+// driver sets it on a v1 machine like this one), or v2's memory.max in the
+// unified hierarchy (the "0::" line), where there is no v1 memory
+// controller.
 func memoryLimit(t *testing.T, proc string) int64 {
 	t.Helper()
 	b, err := os.ReadFile(proc + "/cgroup")
 	must(t, err)
+	unified := ""
 	for _, line := range strings.Split(string(b), "\n") {
 		parts := strings.SplitN(line, ":", 3)
-		if len(parts) == 3 && slices.Contains(strings.Split(parts[1], ","), "memory") {
-			v, err := os.ReadFile(filepath.Join("/sys/fs/cgroup/memory", filepath.Clean("/"+parts[2]), "memory.limit_in_bytes")) //nolint:gosec // the container's cgroup, as the kernel names it
-			must(t, err)
-			n, err := strconv.ParseInt(strings.TrimSpace(string(v)), 10, 64)
-			must(t, err)
-			return n
+		if len(parts) != 3 {
+			continue
 		}
+		if slices.Contains(strings.Split(parts[1], ","), "memory") {
+			return readCgroupLimit(t, cgroupMount(t, "cgroup", "memory"), parts[2], "memory.limit_in_bytes")
+		}
+		if parts[0] == "0" && parts[1] == "" {
+			unified = parts[2]
+		}
+	}
+	if unified != "" {
+		return readCgroupLimit(t, cgroupMount(t, "cgroup2", ""), unified, "memory.max")
 	}
 	t.Fatalf("%s/cgroup has no memory controller:\n%s", proc, b)
 	return 0
+}
+
+// readCgroupLimit reads a limit file of the cgroup path under mount ("max",
+// v2's no limit, is the largest int64).
+func readCgroupLimit(t *testing.T, mount, path, file string) int64 {
+	t.Helper()
+	v, err := os.ReadFile(filepath.Join(mount, filepath.Clean("/"+path), file)) //nolint:gosec // the container's cgroup, as the kernel names it
+	must(t, err)
+	text := strings.TrimSpace(string(v))
+	if text == "max" {
+		return math.MaxInt64
+	}
+	n, err := strconv.ParseInt(text, 10, 64)
+	must(t, err)
+	return n
+}
+
+// cgroupMount is where this machine mounts the cgroup hierarchy of the type
+// ("cgroup" or "cgroup2") with the controller (v1) in its options.
+func cgroupMount(t *testing.T, fsType, controller string) string {
+	t.Helper()
+	b, err := os.ReadFile("/proc/self/mountinfo")
+	must(t, err)
+	for _, line := range strings.Split(string(b), "\n") {
+		// The fields after " - " are the filesystem type, the source and
+		// the super options.
+		fields := strings.Fields(line)
+		sep := slices.Index(fields, "-")
+		if sep < 5 || sep+3 >= len(fields) || fields[sep+1] != fsType {
+			continue
+		}
+		if controller == "" || slices.Contains(strings.Split(fields[sep+3], ","), controller) {
+			return fields[4]
+		}
+	}
+	t.Fatalf("no %s hierarchy %s mounted here", fsType, controller)
+	return ""
 }

@@ -62,29 +62,36 @@ func TestKilledContainerIsRestarted(t *testing.T) {
 }
 
 // TestDeletedLeaderPodHandsOver: the leader Pod is deleted (as `kubectl
-// delete pod` does, with its grace period) while a failure is in flight.
-// The standby leads within the documented time, the Stage is paused by
-// exactly one StagePause, and the Deployment is back to two Ready Pods.
+// delete pod` does, with its grace period) while Stages keep failing, one
+// every failCadence whoever leads, from before the delete until after the
+// standby leads. The standby leads within the documented time, every
+// Stage is paused by exactly one StagePause, the new leader paused some of
+// them, and the Deployment is back to two Ready Pods.
 func TestDeletedLeaderPodHandsOver(t *testing.T) {
 	ctx := context.Background()
 	project := env.newProject(t)
-	prod := env.createStage(t, project, "prod")
-	promoteAndLatch(t, prod)
 
 	leader := env.waitLeader(t, "", waitLimit)
-	fail(t, prod)
+	logs := env.followPauses(t)
+	failing := env.startChurn(t, project, "churn")
+	failing.waitFailedSince(t, time.Time{})
 	deleted := time.Now()
 	must(t, env.kube.CoreV1().Pods(releaseNS).Delete(ctx, leader, metav1.DeleteOptions{}))
 	next := env.waitLeader(t, leader, failoverLimit)
 	took := time.Since(deleted)
 	t.Logf("Pod %s leads %.1fs after %s was deleted", next, took.Seconds(), leader)
+	failing.waitFailedSince(t, time.Now())
+	failures := failing.finish(t)
 	// A deleted Pod's operator releases the Lease as it stops; the
 	// standby's next try (every 2s) takes it: never the 14s of a kill.
 	if took > 14*time.Second {
 		t.Errorf("the standby took %.1fs to lead, want under the 14s of docs/reliability.md", took.Seconds())
 	}
-	waitPaused(t, prod, true, waitLimit)
-	exactlyOnePause(t, project, prod)
+	allPausedOnce(t, project, failures)
+	counts := countByPod(t, failures, logs.pausedBy(t, failures), deleted)
+	if counts[next] == 0 {
+		t.Errorf("the new leader %s paused none of the %d Stages that failed through the handover", next, len(failures))
+	}
 	must(t, env.waitDeployment(ctx, 2*time.Minute))
 }
 

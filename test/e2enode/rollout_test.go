@@ -2,7 +2,6 @@ package e2enode
 
 import (
 	"context"
-	"fmt"
 	"testing"
 	"time"
 
@@ -13,14 +12,14 @@ import (
 	"github.com/kargo-latch/kargo-latch/api/v1alpha1"
 	"github.com/kargo-latch/kargo-latch/hack/image/ociimage"
 	"github.com/kargo-latch/kargo-latch/latch"
-	"github.com/kargo-latch/kargo-latch/test/driver"
 )
 
 // TestRollingUpdateKeepsEveryPromise: `helm upgrade` to a new image tag
 // rolls the Deployment (new Pods, the old ones stopped one by one) while
-// Stages keep failing, one after another. Every failed Stage is paused
-// exactly once, a Stage a person resumed before the update stays resumed,
-// and a latched Stage stays latched.
+// Stages keep failing, one every failCadence whoever leads. Every failed
+// Stage is paused exactly once, Pods of the new image paused some, a Stage
+// a person resumed before the update stays resumed, and a latched Stage
+// stays latched.
 func TestRollingUpdateKeepsEveryPromise(t *testing.T) {
 	ctx := context.Background()
 	project := env.newProject(t)
@@ -44,6 +43,14 @@ func TestRollingUpdateKeepsEveryPromise(t *testing.T) {
 	must(t, remote.WriteIndex(tag, idx, remote.WithContext(ctx)))
 	before, err := env.pods(ctx)
 	must(t, err)
+
+	// Churn: a Stage fails every failCadence, without waiting for its
+	// pause, from before the upgrade until the rollout is over, and four
+	// more after.
+	logs := env.followPauses(t)
+	failing := env.startChurn(t, project, "churn")
+	failing.waitFailedSince(t, time.Time{})
+	started := time.Now()
 	if out, err := env.helm(ctx, "upgrade", release, env.cluster.Root+"/charts/kargo-latch", "--namespace", releaseNS,
 		"--reuse-values", "--set", "image.tag="+newTag, "--wait=false"); err != nil {
 		t.Fatalf("helm upgrade: %v\n%s", err, out)
@@ -59,24 +66,11 @@ func TestRollingUpdateKeepsEveryPromise(t *testing.T) {
 		}
 	})
 
-	// Churn: a Stage fails, is paused, and the next one fails, until the
-	// rollout is over, and twice more after.
-	var failed []*driver.Stage
-	after := 0
-	started := time.Now()
-	for i := 0; after < 2; i++ {
-		if time.Since(started) > rolloutLimit {
-			t.Fatalf("the rollout to %s is not over after %s of churn (%d Stages failed)", newTag, rolloutLimit, len(failed))
-		}
-		done := rolledOut(ctx, newTag)
-		s := env.createStage(t, project, fmt.Sprintf("churn-%02d", i))
-		fail(t, s)
-		waitPaused(t, s, true, failoverLimit)
-		failed = append(failed, s)
-		if done {
-			after++
-		}
-	}
+	waitFor(t, "the rollout to "+newTag+" during the churn", rolloutLimit, func() (bool, error) {
+		return rolledOut(ctx, newTag), nil
+	})
+	failing.waitFailedSince(t, time.Now())
+	failures := failing.finish(t)
 	t.Logf("the rollout was over after %.1fs", time.Since(started).Seconds())
 	must(t, env.waitDeployment(ctx, 2*time.Minute))
 	now, err := env.pods(ctx)
@@ -91,11 +85,17 @@ func TestRollingUpdateKeepsEveryPromise(t *testing.T) {
 			t.Errorf("Pod %s runs %s after the update", p.Name, img)
 		}
 	}
-	t.Logf("%d Stages failed during and after the rollout", len(failed))
-	for _, s := range failed {
-		if got := env.pauses(t, s); len(got) != 1 {
-			t.Errorf("Stage %s has StagePauses %v, want exactly 1", s.Name, got)
+	allPausedOnce(t, project, failures)
+	pods := logs.pausedBy(t, failures)
+	countByPod(t, failures, pods, started)
+	byNew := 0
+	for _, pod := range pods {
+		if pod != "" && logs.image(pod) == env.repository+":"+newTag {
+			byNew++
 		}
+	}
+	if byNew == 0 {
+		t.Errorf("no Pod of the new image paused any of the %d Stages that failed through the rollout", len(failures))
 	}
 	if p, err := isPaused(resumed); err != nil || p || len(env.pauses(t, resumed)) != 0 {
 		t.Errorf("the resumed Stage is paused again (%v, %v)", p, err)
