@@ -27,9 +27,6 @@ import (
 	"k8s.io/client-go/rest"
 )
 
-// AdminToken is the bearer token of the cluster's admin (system:masters).
-const AdminToken = "kargo-latch-test-admin" //nolint:gosec // a throwaway loopback test cluster
-
 // Cluster is a running etcd and kube-apiserver.
 type Cluster struct {
 	// Config reaches the apiserver as an admin.

@@ -12,10 +12,8 @@ import (
 // system:serviceaccount:kube-system:generic-garbage-collector and
 // ...:namespace-controller, which is what our admission policies see in
 // production.
-const (
-	controllerManagerUser  = "system:kube-controller-manager"
-	controllerManagerToken = "kargo-latch-test-kcm" //nolint:gosec // a throwaway loopback test cluster
-)
+// Its token is drawn per process (tokens.go).
+const controllerManagerUser = "system:kube-controller-manager"
 
 // startControllerManager is called once the CRDs are established, so the
 // garbage collector's first discovery already knows Stages and StagePauses.

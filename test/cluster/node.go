@@ -44,9 +44,6 @@ const (
 	nodeDirPrefix = "kargo-latch-node-"
 	// pauseImage is the sandbox image the node builds and imports.
 	pauseImage = "kargo-latch.test/pause:1"
-
-	kubeletToken   = "kargo-latch-test-kubelet"   //nolint:gosec // a throwaway loopback test cluster
-	schedulerToken = "kargo-latch-test-scheduler" //nolint:gosec // a throwaway loopback test cluster
 )
 
 // Node is a running kubelet with its container runtime, plus the
