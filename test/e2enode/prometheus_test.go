@@ -19,8 +19,11 @@ import (
 )
 
 // prometheusConfig scrapes the release's Pods that Kubernetes service
-// discovery finds (role pod), at their port named metrics, through the
-// node's bridge, and evaluates the shipped rules every second.
+// discovery finds behind the chart's metrics Service (role endpointslice,
+// as the chart's ServiceMonitor selects them), at the Service's port named
+// metrics, through the node's bridge, and evaluates the shipped rules
+// every second. A Service whose selector or port does not reach the Pods
+// leaves Prometheus with no target.
 const prometheusConfig = `global:
   scrape_interval: 1s
   evaluation_interval: 1s
@@ -28,13 +31,16 @@ rule_files: [%[1]q]
 scrape_configs:
 - job_name: kargo-latch
   kubernetes_sd_configs:
-  - role: pod
+  - role: endpointslice
     api_server: %[2]q
     authorization: {credentials: %[3]q}
     tls_config: {insecure_skip_verify: true}
     namespaces: {names: [%[4]q]}
   relabel_configs:
-  - source_labels: [__meta_kubernetes_pod_container_port_name]
+  - source_labels: [__meta_kubernetes_service_name]
+    regex: %[5]s
+    action: keep
+  - source_labels: [__meta_kubernetes_endpointslice_port_name]
     regex: metrics
     action: keep
   - source_labels: [__meta_kubernetes_pod_name]
@@ -42,8 +48,8 @@ scrape_configs:
 `
 
 // TestPrometheusFindsThePodsAndAlerts: the project's Prometheus, with
-// Kubernetes service discovery, finds both Pods, scrapes them at their Pod
-// IPs, and the shipped KargoStagePaused fires for a Stage a failure
+// Kubernetes service discovery, finds both Pods behind the chart's metrics
+// Service, scrapes them at their Pod IPs, and the shipped KargoStagePaused fires for a Stage a failure
 // paused.
 func TestPrometheusFindsThePodsAndAlerts(t *testing.T) {
 	bin := filepath.Join(env.cluster.Root, "bin", "prometheus-kubernetes-sd")
@@ -52,7 +58,7 @@ func TestPrometheusFindsThePodsAndAlerts(t *testing.T) {
 	}
 	dir := t.TempDir()
 	cfg := fmt.Sprintf(prometheusConfig, filepath.Join(env.cluster.Root, "manifests", "prometheus", "rules.yaml"),
-		env.cluster.Config.Host, cluster.AdminToken, releaseNS)
+		env.cluster.Config.Host, cluster.AdminToken, releaseNS, release+"-metrics")
 	must(t, os.WriteFile(filepath.Join(dir, "prometheus.yml"), []byte(cfg), 0o600))
 	ports, err := cluster.FreePorts(1)
 	must(t, err)
