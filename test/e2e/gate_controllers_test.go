@@ -97,8 +97,15 @@ func TestGateRefusesEveryKargoController(t *testing.T) {
 	env.createStage(t, ns, "prod", nil)
 	env.createStage(t, ns, "dev", nil)
 	must(t, createPause(env.dev, pause(ns, "hold", "prod", "Manual")))
-	// The shipped gate refuses every actor-less Promotion too (by shape):
-	// only a PromotionRequest shows this install's gate in force.
+	// The shipped gate refuses every actor-less Promotion too (by shape),
+	// and the PromotionRequests of anyone who may not update the
+	// ProjectConfig: only a PromotionRequest of a controller this install
+	// names and the shipped one does not, which may update it (the shard,
+	// given the right here), shows this install's gate in force.
+	shardRights := cluster.BindUser("e2e-"+tag+"-shard-projectconfigs", "e2e-projectconfig-editor", kargoShardUser)
+	shardRights.SetKind("RoleBinding")
+	shardRights.SetNamespace(ns)
+	must(t, applyObjects([]*unstructured.Unstructured{shardRights}))
 	shardRequests := dryRunAs(env.cluster.UserConfig(kargoShardToken))
 	waitFor(t, "this install's gate to refuse the shard's PromotionRequest", func() bool {
 		_, err := driver.CreatePromotionRequest(ctx, shardRequests, ns, "prod")
@@ -111,8 +118,8 @@ func TestGateRefusesEveryKargoController(t *testing.T) {
 			t.Errorf("%s auto-promoting to the paused Stage: %v, want refused naming the pause", user, err)
 		}
 		_, err = driver.CreatePromotionRequest(ctx, as, ns, "prod")
-		if !deniedBy(err, gate) || !strings.Contains(err.Error(), "auto-promotion to Stage prod is paused by StagePause hold") {
-			t.Errorf("%s auto-promoting to the paused target-aware Stage (a PromotionRequest): %v, want refused by %s", user, err, gate)
+		if !apierrors.IsForbidden(err) || !strings.Contains(err.Error(), "auto-promotion to Stage prod is paused by StagePause hold") {
+			t.Errorf("%s auto-promoting to the paused target-aware Stage (a PromotionRequest): %v, want refused naming the pause", user, err)
 		}
 		if _, err := driver.CreatePromotion(ctx, as, ns, "dev", ""); err != nil {
 			t.Errorf("%s auto-promoting to the unpaused Stage: %v", user, err)
@@ -225,9 +232,10 @@ func TestGatePeopleExemptsOnlyKargoAutoPromotions(t *testing.T) {
 // carries no actor, is refused from Kargo's controllers and from anyone who
 // may not update the ProjectConfig: once kargo-shard-eu may, its
 // PromotionRequest passes both gates, which it would not as a controller.
-// The setting's username is a Kargo controller of the project's namespace,
-// which only this install's gate refuses, so that its refusal shows the
-// gate in force.
+// The setting's username is a Kargo controller of the project's namespace:
+// given the same right, its PromotionRequest is refused by this install's
+// gate alone (the shipped one does not name it), which shows that gate in
+// force.
 func TestKargoControllersRegexIsMatchedWhole(t *testing.T) {
 	t.Parallel()
 	if !strings.Contains(env.cluster.CRDSource, "real") {
@@ -244,7 +252,12 @@ func TestKargoControllersRegexIsMatchedWhole(t *testing.T) {
 	must(t, createPause(env.dev, pause(ns, "hold", "prod", "Manual")))
 	kargoCtl, err := env.cluster.ServiceAccountConfig(ctx, ns, "kargo-controller")
 	must(t, err)
-	waitRefusedBy(t, kargoCtl, ns, "prod", gate)
+	// The shipped gate refuses an actor-less Promotion by its shape too:
+	// either gate's refusal will do here.
+	waitFor(t, "an auto-promotion to the paused Stage to be refused", func() bool {
+		_, err := driver.CreatePromotion(ctx, dryRunAs(kargoCtl), ns, "prod", "")
+		return apierrors.IsForbidden(err)
+	})
 	waitFor(t, "the people gate to refuse dev", func() bool {
 		_, err := driver.CreatePromotion(ctx, dryRunAs(env.cluster.UserConfig(devToken)), ns, "prod", "kubernetes:dev")
 		return deniedBy(err, people)
@@ -253,13 +266,25 @@ func TestKargoControllersRegexIsMatchedWhole(t *testing.T) {
 	// refuse it whoever made it. Without the right to update the
 	// ProjectConfig, the shard is refused (the gates fail closed); with
 	// it, it passes: it is no Kargo controller.
-	if _, err := driver.CreatePromotionRequest(ctx, env.kargoShard, ns, "prod"); !deniedBy(err, people) && !deniedBy(err, gate) {
+	if _, err := driver.CreatePromotionRequest(ctx, env.kargoShard, ns, "prod"); !apierrors.IsForbidden(err) {
 		t.Errorf("%s's PromotionRequest for the paused Stage, without the right to update the ProjectConfig: %v, want refused", kargoShardUser, err)
 	}
 	binding := cluster.BindUser("e2e-"+tag+"-shard-projectconfigs", "e2e-projectconfig-editor", kargoShardUser)
 	binding.SetKind("RoleBinding")
 	binding.SetNamespace(ns)
-	must(t, applyObjects([]*unstructured.Unstructured{binding}))
+	controllerBinding := cluster.BindUser("e2e-"+tag+"-controller-projectconfigs", "e2e-projectconfig-editor", "system:serviceaccount:"+ns+":kargo-controller")
+	controllerBinding.SetKind("RoleBinding")
+	controllerBinding.SetNamespace(ns)
+	must(t, applyObjects([]*unstructured.Unstructured{binding, controllerBinding}))
+	// The listed controller is refused whatever its rights, by this
+	// install's gate alone.
+	waitFor(t, "this install's gate to refuse its listed controller's PromotionRequest, which may update the ProjectConfig", func() bool {
+		_, err := driver.CreatePromotionRequest(ctx, dynamic.NewForConfigOrDie(kargoCtl), ns, "prod")
+		if err == nil {
+			t.Fatalf("the listed controller's PromotionRequest for the paused Stage passed")
+		}
+		return deniedBy(err, gate)
+	})
 	waitFor(t, kargoShardUser+"'s PromotionRequest to pass once it may update the ProjectConfig", func() bool {
 		_, err := driver.CreatePromotionRequest(ctx, env.kargoShard, ns, "prod")
 		if deniedBy(err, gate) && !strings.Contains(err.Error(), "paused by StagePause") {

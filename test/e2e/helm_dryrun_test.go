@@ -73,7 +73,7 @@ func TestChartPassesServerSideDryRun(t *testing.T) {
 	// metrics Services are the main one and those of the shards eu and us.
 	for kind, want := range map[string]int{
 		"CustomResourceDefinition": 1, "Deployment": 3, "Service": 3, "ServiceMonitor": 1,
-		"PrometheusRule": 1, "ConfigMap": 1, "ValidatingAdmissionPolicy": 9, "ValidatingAdmissionPolicyBinding": 9,
+		"PrometheusRule": 1, "ConfigMap": 2, "ValidatingAdmissionPolicy": 9, "ValidatingAdmissionPolicyBinding": 9,
 		"MutatingAdmissionPolicy": 1, "MutatingAdmissionPolicyBinding": 1,
 	} {
 		if kinds[kind] != want {
