@@ -3,14 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
-	"strconv"
-	"sync/atomic"
 	"time"
-
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/types"
-
-	"github.com/kargo-latch/kargo-latch/kargo"
 )
 
 // reaction times, under churn, the raw PATCH→watch round trip, the
@@ -20,39 +13,19 @@ import (
 // Kargo's: health flaps written to Stage status, and new Promotions run
 // through their lifecycle.
 func (b *bench) reaction(ctx context.Context) ([]row, error) {
-	churnCtx, stopChurn := context.WithCancel(ctx)
 	spare := min(b.o.samples, len(b.busy)/4)
 	failing, marking := b.busy[:spare], b.busy[spare:2*spare]
 	reserved := 2 * spare
-	var churned, promoted atomic.Int64
-	churnStart := time.Now()
-	go b.churn(churnCtx, b.o.churn, reserved, &churned)
-	promotionsDone := make(chan struct{})
-	go func() {
-		defer close(promotionsDone)
-		b.churnPromotions(churnCtx, b.o.promotionChurn, reserved, &promoted)
-	}()
-	defer func() { stopChurn(); <-promotionsDone }()
-	time.Sleep(2 * time.Second)
+	churn := b.startChurn(ctx, reserved)
+	defer churn.stop()
 
 	say("baseline: PATCH one busy Stage, observe it through a watch (%d samples)", 2*b.o.samples)
-	var base, request, hop []time.Duration
 	server := b.viewServer(ctx)
-	for i := range 2 * b.o.samples {
-		s := b.busy[reserved+i%(len(b.busy)-reserved)]
-		value := strconv.Itoa(i)
-		t0 := time.Now()
-		patch := fmt.Sprintf(`{"metadata":{"annotations":{"bench/ping":%q}}}`, value)
-		if _, err := b.dyn.Resource(kargo.StagesResource).Namespace(busyNS).Patch(ctx, s.Name, types.MergePatchType, []byte(patch), metav1.PatchOptions{}); err != nil {
-			return nil, err
-		}
-		returned := time.Now()
-		seen, err := b.watcher.waitPing(ctx, busyNS, s.Name, value)
-		if err != nil {
-			return nil, err
-		}
-		base, request, hop = append(base, seen.Sub(t0)), append(request, returned.Sub(t0)), append(hop, seen.Sub(returned))
+	pinged, err := b.pingBaseline(ctx, reserved, 2*b.o.samples, "")
+	if err != nil {
+		return nil, err
 	}
+	base, request, hop := pinged.total, pinged.request, pinged.hop
 	say("baseline, split: the PATCH returned %v; → the watcher saw it %v", percentiles(request), percentiles(hop))
 	b.sayServerSide(ctx, "baseline", server, "PATCH stages", "PATCH stages/status")
 
@@ -96,9 +69,8 @@ func (b *bench) reaction(ctx context.Context) ([]row, error) {
 	stageWrites, marks := stagesAfter-stagesBefore, marksAfter-marksBefore
 	writes := stageWrites + marks
 	perStageHour := float64(writes) / float64(len(b.busy)) / b.o.steadyFor.Hours()
-	churnFor := time.Since(churnStart).Seconds()
-	rate := float64(churned.Load()) / churnFor
-	b.load.promotionChurn = float64(promoted.Load()) / churnFor
+	rate, promotionRate := churn.rates()
+	b.load.promotionChurn = promotionRate
 
 	bp, gp, rp, vp := percentiles(base), percentiles(gate), percentiles(react), percentiles(verified)
 	rows := []row{

@@ -4,12 +4,7 @@ import (
 	"context"
 	"fmt"
 	"maps"
-	"strconv"
-	"sync/atomic"
 	"time"
-
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/kargo-latch/kargo-latch/kargo"
 	"github.com/kargo-latch/kargo-latch/latch"
@@ -37,20 +32,12 @@ import (
 func (b *bench) verifyOnLatch(ctx context.Context) ([]row, error) {
 	lo, hi := b.verifyingStages()
 	stages := b.busy[lo:hi]
-	churnCtx, stopChurn := context.WithCancel(ctx)
-	var churned, promoted atomic.Int64
-	churnStart := time.Now()
-	go b.churn(churnCtx, b.o.churn, hi, &churned)
-	promotionsDone := make(chan struct{})
-	go func() {
-		defer close(promotionsDone)
-		b.churnPromotions(churnCtx, b.o.promotionChurn, hi, &promoted)
-	}()
-	defer func() { stopChurn(); <-promotionsDone }()
-	time.Sleep(2 * time.Second)
+	churn := b.startChurn(ctx, hi)
+	defer churn.stop()
 
 	say("verify-on-latch baseline: PATCH one busy Stage, observe it through a watch (%d samples)", 2*len(stages))
-	base, err := b.pingBaseline(ctx, hi, 2*len(stages))
+	pinged, err := b.pingBaseline(ctx, hi, 2*len(stages), "verify-")
+	base := pinged.total
 	if err != nil {
 		return nil, err
 	}
@@ -65,8 +52,8 @@ func (b *bench) verifyOnLatch(ctx context.Context) ([]row, error) {
 		"GET freights", "PATCH freights/status", "GET stages", "PATCH stages", "PATCH stages/status", "POST events")
 	b.sayOperatorSide(ctx, "verify-on-latch", operators)
 
-	churnFor := time.Since(churnStart).Seconds()
-	load := fmt.Sprintf("; %.0f status writes/s and %.1f Promotions/s of churn achieved", float64(churned.Load())/churnFor, float64(promoted.Load())/churnFor)
+	writes, promotions := churn.rates()
+	load := fmt.Sprintf("; %.0f status writes/s and %.1f Promotions/s of churn achieved", writes, promotions)
 	bp := percentiles(base)
 	baseline := "PATCH→watch, this phase: " + bp.String() + load
 	figure := func(name string, took []time.Duration) row {
@@ -78,28 +65,6 @@ func (b *bench) verifyOnLatch(ctx context.Context) ([]row, error) {
 		figure(fmt.Sprintf("V1. latch → AnalysisRun seen (verify-on-latch, grace %v)", verifyGrace), created),
 		figure("V2. run Successful → verifiedIn visible (verify-on-latch, mark-verified)", verified),
 	}, nil
-}
-
-// pingBaseline is the raw PATCH→watch round trip, n times, on busy Stages
-// from reserved on, as reaction.go measures it (its values differ, so that
-// the watcher tells the two phases' pings apart).
-func (b *bench) pingBaseline(ctx context.Context, reserved, n int) ([]time.Duration, error) {
-	var base []time.Duration
-	for i := range n {
-		s := b.busy[reserved+i%(len(b.busy)-reserved)]
-		value := "verify-" + strconv.Itoa(i)
-		t0 := time.Now()
-		patch := fmt.Sprintf(`{"metadata":{"annotations":{"bench/ping":%q}}}`, value)
-		if _, err := b.dyn.Resource(kargo.StagesResource).Namespace(s.Namespace).Patch(ctx, s.Name, types.MergePatchType, []byte(patch), metav1.PatchOptions{}); err != nil {
-			return nil, err
-		}
-		seen, err := b.watcher.waitPing(ctx, s.Namespace, s.Name, value)
-		if err != nil {
-			return nil, err
-		}
-		base = append(base, seen.Sub(t0))
-	}
-	return base, nil
 }
 
 // verifySample is one sample's moments, for the splits.
