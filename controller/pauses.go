@@ -7,8 +7,6 @@ import (
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/klog/v2"
 
@@ -18,17 +16,8 @@ import (
 )
 
 // transformPause turns the dynamic informer's unstructured StagePauses into
-// typed ones. An object that does not convert covers nothing.
-var transformPause = kargo.Transform(func(obj map[string]any) *v1alpha1.StagePause {
-	p := &v1alpha1.StagePause{}
-	if err := runtime.DefaultUnstructuredConverter.FromUnstructured(obj, p); err != nil {
-		u := unstructured.Unstructured{Object: obj}
-		p = &v1alpha1.StagePause{}
-		p.Name, p.Namespace, p.UID = u.GetName(), u.GetNamespace(), u.GetUID()
-	}
-	p.ManagedFields = nil
-	return p
-})
+// typed ones (pausing.FromObject).
+var transformPause = kargo.Transform(pausing.FromObject)
 
 // pausesIn lists the StagePauses of a namespace from the cache.
 func (c *Controller) pausesIn(ns string) []*v1alpha1.StagePause {
@@ -112,16 +101,9 @@ func (c *Controller) coveringPauses(ns, stage string) []*v1alpha1.StagePause {
 // sorted by name: for a decision that must not rest on a cache that may lag
 // behind a pause just made.
 func (c *Controller) livePauses(ctx context.Context, ns, stage string) ([]*v1alpha1.StagePause, error) {
-	list, err := c.cfg.Dynamic.Resource(v1alpha1.StagePausesResource).Namespace(ns).List(ctx, metav1.ListOptions{})
+	all, err := pausing.ListLive(ctx, c.cfg.Dynamic, ns)
 	if err != nil {
-		return nil, fmt.Errorf("listing StagePauses: %w", err)
-	}
-	var all []*v1alpha1.StagePause
-	for i := range list.Items {
-		obj, _ := transformPause(&list.Items[i])
-		if p, ok := obj.(*v1alpha1.StagePause); ok {
-			all = append(all, p)
-		}
+		return nil, err
 	}
 	return pausing.InForce(all, stage), nil
 }

@@ -140,8 +140,12 @@ func (f *Failures) make(ctx context.Context, stage *kargo.Stage, a latch.Action)
 			// made so before a crash, or before a store that failed, is
 			// found by its annotation, read live (the cache may not show
 			// it yet), so that a failure never gets a second pause.
-			if p, err := f.madeLive(ctx, client, stage, a.Pause); p != nil || err != nil {
-				return p, err
+			live, err := ListLive(ctx, f.Dynamic, stage.Namespace)
+			if err != nil {
+				return nil, err
+			}
+			if p := madeFor(live, stage, a.Pause); p != nil {
+				return p, nil
 			}
 			u.SetName("")
 			u.SetGenerateName(withSuffix(a.Pause, "-"))
@@ -173,23 +177,6 @@ func (f *Failures) make(ctx context.Context, stage *kargo.Stage, a latch.Action)
 		}
 		f.reportTaken(ctx, stage, p, a.Pause)
 	}
-}
-
-// madeLive finds, among the StagePauses of the Stage's namespace as they
-// are on the API server, the failure pause made for derived under another
-// name.
-func (f *Failures) madeLive(ctx context.Context, client dynamic.ResourceInterface, stage *kargo.Stage, derived string) (*v1alpha1.StagePause, error) {
-	list, err := client.List(ctx, metav1.ListOptions{})
-	if err != nil {
-		return nil, fmt.Errorf("listing StagePauses: %w", err)
-	}
-	pauses := make([]*v1alpha1.StagePause, 0, len(list.Items))
-	for i := range list.Items {
-		if p, err := fromUnstructured(&list.Items[i]); err == nil {
-			pauses = append(pauses, p)
-		}
-	}
-	return madeFor(pauses, stage, derived), nil
 }
 
 // failurePause is the StagePause a failure asks for, as an object to create.

@@ -1,10 +1,16 @@
 package pausing
 
 import (
+	"context"
+	"fmt"
 	"slices"
 	"strings"
 
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/dynamic"
 
 	"github.com/kargo-latch/kargo-latch/api/v1alpha1"
 )
@@ -45,4 +51,31 @@ func InForce(pauses []*v1alpha1.StagePause, stage string) []*v1alpha1.StagePause
 	}
 	SortPauses(out)
 	return out
+}
+
+// FromObject turns an unstructured StagePause into a typed one. An object
+// that does not convert keeps only its identity, and so covers nothing.
+func FromObject(obj map[string]any) *v1alpha1.StagePause {
+	p := &v1alpha1.StagePause{}
+	if err := runtime.DefaultUnstructuredConverter.FromUnstructured(obj, p); err != nil {
+		u := unstructured.Unstructured{Object: obj}
+		p = &v1alpha1.StagePause{}
+		p.Name, p.Namespace, p.UID = u.GetName(), u.GetNamespace(), u.GetUID()
+	}
+	p.ManagedFields = nil
+	return p
+}
+
+// ListLive lists the StagePauses of ns from the API server, for a decision
+// that must not rest on a cache that may lag behind a pause just made.
+func ListLive(ctx context.Context, dyn dynamic.Interface, ns string) ([]*v1alpha1.StagePause, error) {
+	list, err := dyn.Resource(v1alpha1.StagePausesResource).Namespace(ns).List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return nil, fmt.Errorf("listing StagePauses: %w", err)
+	}
+	pauses := make([]*v1alpha1.StagePause, 0, len(list.Items))
+	for i := range list.Items {
+		pauses = append(pauses, FromObject(list.Items[i].Object))
+	}
+	return pauses, nil
 }
