@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
@@ -136,42 +137,14 @@ func (o *operator) stop() {
 	<-o.done
 }
 
-// metricExists reports whether the operator has the series name with the
-// labels given (name, value pairs).
-func (o *operator) metricExists(name string, labels ...string) bool {
+// series is the operator's series of the metric name with the labels given
+// (name, value pairs).
+func (o *operator) series(name string, labels ...string) []*dto.Metric {
 	mfs, err := o.reg.Gather()
 	if err != nil {
 		o.t.Fatal(err)
 	}
-	for _, mf := range mfs {
-		if mf.GetName() != name {
-			continue
-		}
-		for _, m := range mf.GetMetric() {
-			got := map[string]string{}
-			for _, lp := range m.GetLabel() {
-				got[lp.GetName()] = lp.GetValue()
-			}
-			matches := true
-			for i := 0; i+1 < len(labels); i += 2 {
-				matches = matches && got[labels[i]] == labels[i+1]
-			}
-			if matches {
-				return true
-			}
-		}
-	}
-	return false
-}
-
-// metric reads one counter or gauge of the operator; of a histogram, the
-// number of observations.
-func (o *operator) metric(name string, labels ...string) float64 {
-	var total float64
-	mfs, err := o.reg.Gather()
-	if err != nil {
-		o.t.Fatal(err)
-	}
+	var found []*dto.Metric
 	for _, mf := range mfs {
 		if mf.GetName() != name {
 			continue
@@ -187,14 +160,30 @@ func (o *operator) metric(name string, labels ...string) float64 {
 					continue next
 				}
 			}
-			switch {
-			case m.GetCounter() != nil:
-				total += m.GetCounter().GetValue()
-			case m.GetGauge() != nil:
-				total += m.GetGauge().GetValue()
-			case m.GetHistogram() != nil:
-				total += float64(m.GetHistogram().GetSampleCount())
-			}
+			found = append(found, m)
+		}
+	}
+	return found
+}
+
+// metricExists reports whether the operator has the series name with the
+// labels given.
+func (o *operator) metricExists(name string, labels ...string) bool {
+	return len(o.series(name, labels...)) > 0
+}
+
+// metric reads one counter or gauge of the operator; of a histogram, the
+// number of observations.
+func (o *operator) metric(name string, labels ...string) float64 {
+	var total float64
+	for _, m := range o.series(name, labels...) {
+		switch {
+		case m.GetCounter() != nil:
+			total += m.GetCounter().GetValue()
+		case m.GetGauge() != nil:
+			total += m.GetGauge().GetValue()
+		case m.GetHistogram() != nil:
+			total += float64(m.GetHistogram().GetSampleCount())
 		}
 	}
 	return total
