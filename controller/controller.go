@@ -64,14 +64,14 @@ type Config struct {
 	Workers int
 	// DryRun decides and reports but writes nothing to Kargo objects.
 	DryRun bool
-	// KargoController reports whether a username is one of Kargo's
-	// controllers (gate-bypass detection; see gatebypass.Config). Nil:
-	// none is.
-	KargoController func(username string) bool
 	// GateSetting is the setting that names Kargo's controllers, as the
-	// operator was given it: Start compares it with the installed
+	// operator was given it: gate-bypass detection judges by it (see
+	// gatebypass.Config), and Start compares it with the installed
 	// pause-gate policies and warns where they differ. Nil: no check.
 	GateSetting *gatesetting.Setting
+	// KargoController overrides GateSetting's judgement of a username
+	// without the check at start (for tests). Nil: GateSetting's, or none.
+	KargoController func(username string) bool
 	// Metrics records kargo-latch's metrics (required).
 	Metrics *metrics.Recorder
 	// QueueMetrics gives the workqueue its metrics; nil for none.
@@ -208,7 +208,7 @@ func New(cfg Config) (*Controller, error) {
 	}
 	c.gateBypass = gatebypass.New(gatebypass.Config{
 		Pauses: c.pausesIn, PausesSynced: c.pausesSynced, CachesSynced: c.foregroundSynced, Stage: c.stageByKey,
-		Reporter: c.report, Metrics: cfg.Metrics, Clock: cfg.Clock, DryRun: cfg.DryRun, KargoController: cfg.KargoController,
+		Reporter: c.report, Metrics: cfg.Metrics, Clock: cfg.Clock, DryRun: cfg.DryRun, KargoController: kargoController(cfg),
 	})
 	c.promotions = c.newPromotionCache()
 	namespaces := cfg.Namespaces

@@ -10,6 +10,15 @@ import (
 	"github.com/kargo-latch/kargo-latch/controller/gatesetting"
 )
 
+// kargoController is how gate-bypass detection tells Kargo's controllers:
+// the override, else the setting the operator was given.
+func kargoController(cfg Config) func(string) bool {
+	if cfg.KargoController == nil && cfg.GateSetting != nil {
+		return cfg.GateSetting.Is
+	}
+	return cfg.KargoController
+}
+
 // checkGateSetting compares the operator's setting of Kargo's controllers
 // with the installed pause-gate policies, once, bounded so that an API
 // server slow to answer does not hold the caches back.

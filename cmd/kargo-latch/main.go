@@ -193,7 +193,6 @@ func run(ctx context.Context, o *options) error {
 		Metrics:          metrics.New(reg, version),
 		QueueMetrics:     metrics.NewWorkqueueProvider(reg),
 		CacheSyncTimeout: o.cacheSyncTimeout,
-		KargoController:  o.kargoControllers.Is,
 		GateSetting:      o.kargoControllers,
 
 		VerifyOnLatch:      o.verifyOnLatch,
