@@ -248,13 +248,15 @@ $(GOLANGCI_LINT):
 ## BENCH_PROMOTIONS finished Promotions per busy Stage (Kargo keeps 20);
 ## BENCH_SHARDS=2 runs one operator per shard; BENCH_SAMPLES failures and
 ## latches are timed (the baselines take twice as many): a p99 of 60 is
-## their maximum, one outlier.
+## their maximum, one outlier. BENCH_ONLY=reaction,verify runs only those
+## phases after the set-up (project-wide, memory, shards are the others).
 BENCH_STAGES ?= 1000
 BENCH_PROMOTIONS ?= 20
 BENCH_SHARDS ?= 0
 BENCH_SAMPLES ?= 120
+BENCH_ONLY ?=
 bench: $(APISERVER) build
-	$(GO) run ./test/bench -stages $(BENCH_STAGES) -promotions-per-stage $(BENCH_PROMOTIONS) -shards $(BENCH_SHARDS) -samples $(BENCH_SAMPLES)
+	$(GO) run ./test/bench -stages $(BENCH_STAGES) -promotions-per-stage $(BENCH_PROMOTIONS) -shards $(BENCH_SHARDS) -samples $(BENCH_SAMPLES) -only "$(BENCH_ONLY)"
 
 ## demo: start a local test cluster, run the operator, and play a scenario.
 demo: $(APISERVER) $(ROLLOUTS) build

@@ -151,6 +151,9 @@ type Controller struct {
 // workQueues are the queues of one leadership term.
 type workQueues struct {
 	stages queue.Queue // Stages to sync
+	// urgent are the stages queue's lanes: a Stage whose update shows new
+	// trouble goes before the others (handlers.go).
+	urgent *queue.Lanes
 	pauses queue.Queue // StagePauses whose status needs a look
 }
 
@@ -347,10 +350,8 @@ func (c *Controller) Start(ctx context.Context) error {
 // undone, nor any event that arrived while standing by, is missed.
 func (c *Controller) RunWorkers(ctx context.Context) {
 	klog.FromContext(ctx).Info("Starting workers", "workers", c.cfg.Workers, "dryRun", c.cfg.DryRun)
-	w := &workQueues{
-		stages: queue.New("stages", c.cfg.QueueMetrics, c.cfg.Clock),
-		pauses: queue.New("stagepauses", c.cfg.QueueMetrics, c.cfg.Clock),
-	}
+	stages, urgent := queue.NewWithLanes("stages", c.cfg.QueueMetrics, c.cfg.Clock)
+	w := &workQueues{stages: stages, urgent: urgent, pauses: queue.New("stagepauses", c.cfg.QueueMetrics, c.cfg.Clock)}
 	c.memos.newTerm()
 	c.work.Store(w)
 	defer c.work.CompareAndSwap(w, nil)
@@ -371,7 +372,7 @@ func (c *Controller) RunWorkers(ctx context.Context) {
 		}
 	}
 	pauseWorker := &queue.Worker{Queue: w.pauses, Sync: c.pauseStatus.Sync, MaxRetries: maxRetries, RetryDroppedAfter: droppedRetryAfter, OnError: c.syncFailed(ctx, "stagePause")}
-	stageWorker := &queue.Worker{Queue: w.stages, Sync: c.syncStage, MaxRetries: maxRetries, RetryDroppedAfter: droppedRetryAfter, OnError: c.syncFailed(ctx, "stage")}
+	stageWorker := &queue.Worker{Queue: w.stages, Lanes: w.urgent, Sync: c.syncStage, MaxRetries: maxRetries, RetryDroppedAfter: droppedRetryAfter, OnError: c.syncFailed(ctx, "stage")}
 	done := make(chan struct{})
 	go func() { defer close(done); pauseWorker.Run(ctx, 1) }()
 	stageWorker.Run(ctx, c.cfg.Workers)
@@ -400,6 +401,15 @@ func (c *Controller) syncFailed(ctx context.Context, kind string) func(cache.Obj
 // enqueue adds a Stage to the current term's queue, if this replica leads.
 func (c *Controller) enqueue(key cache.ObjectName) {
 	if w := c.work.Load(); w != nil {
+		w.stages.Add(key)
+	}
+}
+
+// enqueueUrgent adds a Stage to the current term's queue, if this replica
+// leads, ahead of every Stage not marked urgent.
+func (c *Controller) enqueueUrgent(key cache.ObjectName) {
+	if w := c.work.Load(); w != nil {
+		w.urgent.Mark(key)
 		w.stages.Add(key)
 	}
 }

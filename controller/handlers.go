@@ -6,6 +6,7 @@ import (
 	"k8s.io/client-go/tools/cache"
 
 	"github.com/kargo-latch/kargo-latch/kargo"
+	"github.com/kargo-latch/kargo-latch/latch"
 )
 
 func (c *Controller) enqueueStage(obj any) {
@@ -16,14 +17,62 @@ func (c *Controller) enqueueStage(obj any) {
 
 // updateStage skips updates that change nothing kargo-latch reads: Kargo
 // rewrites conditions and health output on every pass. A resync (same
-// resourceVersion) always goes through.
+// resourceVersion) always goes through. An update that shows new trouble
+// is urgent: its sync may owe a pause, which closes the gate, and must not
+// wait behind the health flaps of busy Stages.
 func (c *Controller) updateStage(oldObj, newObj any) {
 	o, ok1 := oldObj.(*kargo.Stage)
 	n, ok2 := newObj.(*kargo.Stage)
 	if ok1 && ok2 && o.ResourceVersion != n.ResourceVersion && sameView(o, n) {
 		return
 	}
+	if ok1 && ok2 && showsNewTrouble(o, n) {
+		if key, err := cache.DeletionHandlingObjectToName(newObj); err == nil {
+			c.enqueueUrgent(key)
+			return
+		}
+	}
 	c.enqueueStage(newObj)
+}
+
+// trouble is what a Stage's status shows that may fail its cycle: a Stage
+// Unhealthy or Unknown, a last promotion that failed or errored, a
+// verification that did not pass. It only orders the queue; the latch
+// judges the sync as any other, so a mistaken trouble costs other Stages
+// a little latency and nothing more.
+type trouble struct {
+	health                          string
+	promotion, promotionPhase       string
+	verification, verificationPhase string
+}
+
+func troubleOf(s *kargo.Stage) trouble {
+	var t trouble
+	st := s.Status
+	if st == nil {
+		return t
+	}
+	if h := latch.Health(st.Health); h == latch.HealthUnhealthy || h == latch.HealthUnknown {
+		t.health = st.Health
+	}
+	if lp := st.LastPromotion; lp != nil {
+		if p := latch.PromotionPhase(lp.Phase); p == latch.PromotionFailed || p == latch.PromotionErrored {
+			t.promotion, t.promotionPhase = lp.Name, lp.Phase
+		}
+	}
+	if v := st.Verification; v != nil {
+		switch latch.VerificationPhase(v.Phase) {
+		case latch.VerificationFailed, latch.VerificationError, latch.VerificationInconclusive:
+			t.verification, t.verificationPhase = v.ID, v.Phase
+		}
+	}
+	return t
+}
+
+// showsNewTrouble reports whether n shows trouble that o did not.
+func showsNewTrouble(o, n *kargo.Stage) bool {
+	t := troubleOf(n)
+	return t != (trouble{}) && t != troubleOf(o)
 }
 
 func sameView(a, b *kargo.Stage) bool {

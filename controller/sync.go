@@ -6,6 +6,8 @@ import (
 
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/klog/v2"
+
+	"github.com/kargo-latch/kargo-latch/queue"
 )
 
 // syncStage judges one Stage and carries out the judgement: read, judge,
@@ -26,7 +28,16 @@ import (
 func (c *Controller) syncStage(ctx context.Context, key cache.ObjectName) (time.Duration, error) {
 	start := c.clock.Now()
 	defer func() { c.cfg.Metrics.ReconcileDuration.Observe(c.clock.Since(start).Seconds()) }()
-	ctx = klog.NewContext(ctx, klog.LoggerWithValues(klog.FromContext(ctx), "stage", klog.KRef(key.Namespace, key.Name)))
+	logger := klog.LoggerWithValues(klog.FromContext(ctx), "stage", klog.KRef(key.Namespace, key.Name))
+	if markedAt, urgent := queue.UrgentSince(ctx); urgent {
+		// Its lines tell when the trouble was seen and how long it
+		// waited, so that a failure's reaction can be traced to its
+		// steps (docs/performance.md).
+		waited := start.Sub(markedAt)
+		c.cfg.Metrics.UrgentWait.Observe(waited.Seconds())
+		logger = klog.LoggerWithValues(logger, "troubleSeenAt", markedAt.UTC().Format(time.RFC3339Nano), "queued", waited)
+	}
+	ctx = klog.NewContext(ctx, logger)
 
 	// Read: the Stage, its record and pauses as the caches show them.
 	snap, err := c.read(ctx, key)

@@ -29,8 +29,11 @@ type Recorder struct {
 	WriteConflicts     prometheus.Counter
 	CacheSynced        prometheus.Gauge
 	ReconcileDuration  prometheus.Histogram
-	TimeToLatch        prometheus.Histogram
-	BuildInfo          *prometheus.GaugeVec
+	// UrgentWait is how long a Stage whose update showed new trouble
+	// waited in the urgent lane of the Stage queue for a worker.
+	UrgentWait  prometheus.Histogram
+	TimeToLatch prometheus.Histogram
+	BuildInfo   *prometheus.GaugeVec
 
 	// Verify-on-latch: the AnalysisRuns kargo-latch started, their
 	// results by phase, what kept one from running (by reason), and the
@@ -129,6 +132,11 @@ func New(reg prometheus.Registerer, version string) *Recorder {
 			Help:    "Time to sync one Stage.",
 			Buckets: prometheus.ExponentialBuckets(0.0005, 4, 10),
 		}),
+		UrgentWait: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Namespace: Namespace, Name: "urgent_queue_wait_seconds",
+			Help:    "Time a Stage whose update showed new trouble (a failed promotion or verification, an Unhealthy or Unknown Stage) waited for a worker: the first step of a failure's reaction.",
+			Buckets: prometheus.ExponentialBuckets(0.0005, 2, 16),
+		}),
 		TimeToLatch: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Namespace: Namespace, Name: "time_to_latch_seconds",
 			Help:    "Time from a promotion's finish to the Stage's first Healthy.",
@@ -179,7 +187,7 @@ func New(reg prometheus.Registerer, version string) *Recorder {
 		return 0
 	})
 	reg.MustRegister(r.stages, promotionsCached, r.PausesTotal, r.ResumesTotal, r.FailuresTotal, r.ProgressingIgnored, r.InvalidConfig, r.InvalidInput,
-		r.FreightVerified, r.MarkVerifiedErrors, r.GateBypassed, r.PauseNameTaken, r.ReconcileErrors, r.WriteConflicts, r.CacheSynced, r.ReconcileDuration, r.TimeToLatch, r.BuildInfo)
+		r.FreightVerified, r.MarkVerifiedErrors, r.GateBypassed, r.PauseNameTaken, r.ReconcileErrors, r.WriteConflicts, r.CacheSynced, r.ReconcileDuration, r.UrgentWait, r.TimeToLatch, r.BuildInfo)
 	reg.MustRegister(r.GateSettingDiffers, r.GateSettingUnchecked, r.PauseStatusContested, r.VerificationRunsStarted, r.VerificationResults, r.VerificationProblems, r.LatchToVerification)
 	r.BuildInfo.WithLabelValues(version, runtime.Version()).Set(1)
 	return r

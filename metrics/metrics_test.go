@@ -49,6 +49,9 @@ var contract = map[string]string{
 	// pause-gate policies, compared at start (controller/gatesetting).
 	"kargo_latch_gate_setting_differs":   "GAUGE policy",
 	"kargo_latch_gate_setting_unchecked": "GAUGE ",
+	// Issue 24 §5: the wait of a Stage that showed new trouble, in the
+	// Stage queue's urgent lane (queue/lanes.go).
+	"kargo_latch_urgent_queue_wait_seconds": "HISTOGRAM ",
 }
 
 func TestMetricsMatchTheContract(t *testing.T) {
@@ -73,6 +76,7 @@ func TestMetricsMatchTheContract(t *testing.T) {
 	r.ReconcileErrors.Inc()
 	r.TimeToLatch.Observe(1)
 	r.ReconcileDuration.Observe(1)
+	r.UrgentWait.Observe(1)
 
 	got := map[string]string{}
 	for _, mf := range gather(t, reg) {

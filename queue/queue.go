@@ -32,14 +32,40 @@ const (
 // New returns a named queue. The name labels the queue's metrics; mp may be
 // nil for none, and clk is the clock delays are measured with.
 func New(name string, mp workqueue.MetricsProvider, clk clock.WithTicker) Queue {
+	return newQueue(name, mp, clk, nil)
+}
+
+// NewWithLanes is New with its waiting keys kept in Lanes, through which
+// keys can be marked urgent.
+func NewWithLanes(name string, mp workqueue.MetricsProvider, clk clock.WithTicker) (Queue, *Lanes) {
+	lanes := NewLanes(clk)
+	return newQueue(name, mp, clk, lanes), lanes
+}
+
+func newQueue(name string, mp workqueue.MetricsProvider, clk clock.WithTicker, store workqueue.Queue[cache.ObjectName]) Queue {
 	limiter := workqueue.NewTypedMaxOfRateLimiter(
 		workqueue.NewTypedItemExponentialFailureRateLimiter[cache.ObjectName](baseRetryDelay, maxRetryDelay),
 		&workqueue.TypedBucketRateLimiter[cache.ObjectName]{Limiter: rate.NewLimiter(rate.Limit(50), 300)},
 	)
+	var delaying workqueue.TypedDelayingInterface[cache.ObjectName]
+	if store != nil {
+		delaying = workqueue.NewTypedDelayingQueueWithConfig(workqueue.TypedDelayingQueueConfig[cache.ObjectName]{
+			Name:            name,
+			MetricsProvider: mp,
+			Clock:           clk,
+			Queue: workqueue.NewTypedWithConfig(workqueue.TypedQueueConfig[cache.ObjectName]{
+				Name:            name,
+				MetricsProvider: mp,
+				Clock:           clk,
+				Queue:           store,
+			}),
+		})
+	}
 	return workqueue.NewTypedRateLimitingQueueWithConfig(limiter, workqueue.TypedRateLimitingQueueConfig[cache.ObjectName]{
 		Name:            name,
 		MetricsProvider: mp,
 		Clock:           clk,
+		DelayingQueue:   delaying,
 	})
 }
 
@@ -65,6 +91,18 @@ type Worker struct {
 	RetryDroppedAfter time.Duration
 	// OnError, if set, is told of every failed sync (for metrics).
 	OnError func(key cache.ObjectName, err error)
+	// Lanes, if set, are the Queue's (NewWithLanes): a key handed out as
+	// urgent is synced with its mark's time in the context (UrgentSince).
+	Lanes *Lanes
+}
+
+type urgentKey struct{}
+
+// UrgentSince reports when the key a sync's context belongs to was marked
+// urgent, if it was handed out as urgent.
+func UrgentSince(ctx context.Context) (time.Time, bool) {
+	at, ok := ctx.Value(urgentKey{}).(time.Time)
+	return at, ok
 }
 
 // Run starts n workers and blocks until ctx is done, then shuts the queue
@@ -97,6 +135,11 @@ func (w *Worker) processNext(ctx context.Context) bool {
 		return false
 	}
 
+	if w.Lanes != nil {
+		if at, urgent := w.Lanes.Take(key); urgent {
+			ctx = context.WithValue(ctx, urgentKey{}, at)
+		}
+	}
 	after, err := w.syncSafely(ctx, key)
 	switch {
 	case ctx.Err() != nil:

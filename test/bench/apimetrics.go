@@ -91,6 +91,9 @@ func viewOperator(ctx context.Context, url string) (metricsView, error) {
 	for _, m := range families["kargo_latch_workqueue_work_duration_seconds"].GetMetric() {
 		view.add("sync, "+labels(m)["name"], m.GetHistogram())
 	}
+	for _, m := range families["kargo_latch_urgent_queue_wait_seconds"].GetMetric() {
+		view.add("queue wait, urgent stages", m.GetHistogram())
+	}
 	counters := map[string]string{
 		"kargo_latch_reconcile_errors_total": "failed syncs",
 		// The workqueue counts every delayed add: a failed sync's retry, and

@@ -12,6 +12,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"strings"
 	"time"
 
 	"k8s.io/klog/v2"
@@ -36,6 +37,8 @@ type options struct {
 	// shards spreads the Stages over this many shards, one operator each;
 	// 0 runs one unsharded operator.
 	shards int
+	// only names the phases to run after the set-up (all when empty).
+	only string
 }
 
 func main() {
@@ -52,6 +55,7 @@ func main() {
 	flag.IntVar(&o.promotions, "promotions-per-stage", 20, "terminal Promotions per busy Stage (Kargo's garbage collector keeps 20), with the Freight they promote")
 	flag.Float64Var(&o.promotionChurn, "promotion-churn", 2, "new Promotions per second during the churn, each queued, run and finished as Kargo does")
 	flag.IntVar(&o.createInFlight, "create-in-flight", 16, "busy Stages given their Promotions at once: enough to keep the apiserver busy, few enough not to bury it")
+	flag.StringVar(&o.only, "only", "", "run only these phases after the set-up, comma-separated: reaction, project-wide, memory, shards, verify (all when empty)")
 	flag.IntVar(&o.shards, "shards", 0, "spread the Stages over shards s0..s(N-1), one operator per shard (--shard sK); 0 runs one unsharded operator")
 	flag.Parse()
 	if o.shards < 0 || o.promotions < 0 || o.promotionChurn < 0 || o.createInFlight < 1 {
@@ -87,11 +91,26 @@ func run(ctx context.Context, o options) error {
 		return err
 	}
 	defer b.stopOperators()
-	var rows []row
-	steps := []func(context.Context) ([]row, error){b.setUp, b.reaction, b.projectWide, b.memoryAndColdStart, b.writtenByShards,
-		b.verifyOnLatch}
-	for _, step := range steps {
-		r, err := step(ctx)
+	rows, err := b.setUp(ctx)
+	if err != nil {
+		return err
+	}
+	phases := []struct {
+		name string
+		run  func(context.Context) ([]row, error)
+	}{{"reaction", b.reaction}, {"project-wide", b.projectWide}, {"memory", b.memoryAndColdStart}, {"shards", b.writtenByShards}, {"verify", b.verifyOnLatch}}
+	only := map[string]bool{}
+	for _, name := range strings.Split(o.only, ",") {
+		if name = strings.TrimSpace(name); name != "" {
+			only[name] = true
+		}
+	}
+	for _, phase := range phases {
+		if len(only) > 0 && !only[phase.name] {
+			say("%s: skipped (-only %s)", phase.name, o.only)
+			continue
+		}
+		r, err := phase.run(ctx)
 		if err != nil {
 			return err
 		}

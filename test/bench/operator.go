@@ -202,7 +202,7 @@ func (b *bench) sayOperatorSide(ctx context.Context, phase string, before []metr
 			continue
 		}
 		d := after[i].since(before[i])
-		say("%s, inside the %s (churn included): %s", phase, op.name(), d.describe("queue wait, stages", "sync, stages",
+		say("%s, inside the %s (churn included): %s", phase, op.name(), d.describe("queue wait, stages", "queue wait, urgent stages", "sync, stages",
 			"failed syncs", "delayed adds (retries and timed requeues)", "Freight marked"))
 	}
 }

@@ -31,6 +31,7 @@ func (b *bench) reaction(ctx context.Context) ([]row, error) {
 
 	say("reaction: a promotion fails; time until a watcher sees the StagePause (the gate closed), then the paused label (%d samples)", len(failing))
 	gate, react := make([]time.Duration, 0, len(failing)), make([]time.Duration, 0, len(failing))
+	traced := make([]failureSample, 0, len(failing))
 	server, operators := b.viewServer(ctx), b.viewOperators(ctx)
 	for _, s := range failing {
 		t0 := time.Now()
@@ -49,9 +50,11 @@ func (b *bench) reaction(ctx context.Context) ([]row, error) {
 			return nil, err
 		}
 		gate, react = append(gate, closed.Sub(t0)), append(react, seen.Sub(t0))
+		traced = append(traced, failureSample{stage: s.Name, wrote: t0, closed: closed})
 		time.Sleep(50 * time.Millisecond)
 	}
 	say("reaction, split: failure → StagePause seen %v; StagePause → paused label seen %v", percentiles(gate), percentiles(subtract(react, gate)))
+	b.sayTrace(traced)
 
 	b.sayServerSide(ctx, "reaction", server, "GET stages", "POST stagepauses", "POST events", "PATCH stages", "PATCH stages/status")
 	b.sayOperatorSide(ctx, "reaction", operators)

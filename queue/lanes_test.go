@@ -1,0 +1,151 @@
+package queue
+
+import (
+	"context"
+	"math/rand/v2"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	"k8s.io/client-go/tools/cache"
+	clocktesting "k8s.io/utils/clock/testing"
+)
+
+func names(ns ...string) []cache.ObjectName {
+	keys := make([]cache.ObjectName, len(ns))
+	for i, n := range ns {
+		keys[i] = cache.NewObjectName("p", n)
+	}
+	return keys
+}
+
+// drain takes every queued key in the order the queue hands them out.
+func drain(t *testing.T, q Queue) []cache.ObjectName {
+	t.Helper()
+	var got []cache.ObjectName
+	for q.Len() > 0 {
+		key, _ := q.Get()
+		got = append(got, key)
+		q.Done(key)
+	}
+	return got
+}
+
+// An urgent key goes before every plain one, whether it was queued
+// already, new, or being synced when it was marked; within a lane the
+// order is the order of arrival.
+func TestUrgentKeysGoFirst(t *testing.T) {
+	clk := clocktesting.NewFakeClock(time.Unix(1000, 0))
+	q, lanes := NewWithLanes("", nil, clk)
+	defer q.ShutDown()
+	k := names("a", "b", "c", "d", "e")
+
+	busy := k[4]
+	q.Add(busy)
+	if got, _ := q.Get(); got != busy {
+		t.Fatalf("got %v", got)
+	}
+	for _, key := range k[:4] {
+		q.Add(key)
+	}
+	// c, queued plainly, is marked and added again; d is marked before its
+	// Add (as the handler does); e is marked while it is being synced.
+	lanes.Mark(k[2])
+	q.Add(k[2])
+	lanes.Mark(k[3])
+	q.Add(k[3])
+	lanes.Mark(busy)
+	q.Add(busy)
+	q.Done(busy)
+
+	if diff := cmp.Diff(names("c", "d", "e", "a", "b"), drain(t, q)); diff != "" {
+		t.Errorf("order (-want +got):\n%s", diff)
+	}
+	if _, urgent := lanes.Take(k[0]); urgent {
+		t.Errorf("a plain key was handed out as urgent")
+	}
+}
+
+// The Worker passes a key's mark to its sync, once.
+func TestWorkerTellsTheSyncWhenItsKeyWasMarked(t *testing.T) {
+	clk := clocktesting.NewFakeClock(time.Unix(1000, 0))
+	q, lanes := NewWithLanes("", nil, clk)
+	seen := make(chan time.Time, 4)
+	w := &Worker{Queue: q, Lanes: lanes, Sync: func(ctx context.Context, _ cache.ObjectName) (time.Duration, error) {
+		at, _ := UrgentSince(ctx)
+		seen <- at
+		return 0, nil
+	}}
+	key := cache.NewObjectName("p", "s")
+	lanes.Mark(key)
+	q.Add(key)
+	runWorker(t, w)
+	if at := <-seen; !at.Equal(clk.Now()) {
+		t.Errorf("UrgentSince = %v, want the mark's time %v", at, clk.Now())
+	}
+	q.Add(key)
+	if at := <-seen; !at.IsZero() {
+		t.Errorf("a plain sync after an urgent one still saw a mark (%v)", at)
+	}
+}
+
+// Whatever the marks, the lanes keep the workqueue's promises: every key
+// added is handed out, none twice for one Add, none to two workers at once.
+func TestLanesKeepTheQueuesPromises(t *testing.T) {
+	rng := rand.New(rand.NewPCG(1, 2))
+	q, lanes := NewWithLanes("", nil, clocktesting.NewFakeClock(time.Unix(1000, 0)))
+	defer q.ShutDown()
+	keys := names("a", "b", "c", "d", "e", "f", "g", "h")
+	waiting := map[cache.ObjectName]bool{}
+	processing := map[cache.ObjectName]bool{}
+	var held []cache.ObjectName
+	for step := range 20000 {
+		key := keys[rng.IntN(len(keys))]
+		switch rng.IntN(4) {
+		case 0:
+			lanes.Mark(key)
+			fallthrough
+		case 1:
+			q.Add(key)
+			waiting[key] = true
+		case 2:
+			if q.Len() == 0 {
+				continue
+			}
+			got, _ := q.Get()
+			if processing[got] {
+				t.Fatalf("step %d: %v handed out while a worker held it", step, got)
+			}
+			if !waiting[got] {
+				t.Fatalf("step %d: %v handed out without an Add", step, got)
+			}
+			lanes.Take(got)
+			waiting[got], processing[got] = false, true
+			held = append(held, got)
+		case 3:
+			if len(held) == 0 {
+				continue
+			}
+			i := rng.IntN(len(held))
+			done := held[i]
+			held = append(held[:i], held[i+1:]...)
+			processing[done] = false
+			q.Done(done)
+		}
+		if want := countQueued(waiting, processing); q.Len() != want {
+			t.Fatalf("step %d: Len = %d, want %d", step, q.Len(), want)
+		}
+	}
+}
+
+// countQueued is how many keys wait in the queue proper: added, and not
+// held by a worker (those wait in the workqueue's dirty set instead).
+func countQueued(waiting, processing map[cache.ObjectName]bool) int {
+	n := 0
+	for key, w := range waiting {
+		if w && !processing[key] {
+			n++
+		}
+	}
+	return n
+}
