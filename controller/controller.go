@@ -151,8 +151,9 @@ type Controller struct {
 // workQueues are the queues of one leadership term.
 type workQueues struct {
 	stages queue.Queue // Stages to sync
-	// urgent are the stages queue's lanes: a Stage whose update shows new
-	// trouble goes before the others (handlers.go).
+	// urgent are the stages queue's lanes: a Stage whose update shows a
+	// new failure, or whose transition falls due, goes before the others
+	// (handlers.go, queue.Worker).
 	urgent *queue.Lanes
 	pauses queue.Queue // StagePauses whose status needs a look
 }

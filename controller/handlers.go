@@ -17,8 +17,8 @@ func (c *Controller) enqueueStage(obj any) {
 
 // updateStage skips updates that change nothing kargo-latch reads: Kargo
 // rewrites conditions and health output on every pass. A resync (same
-// resourceVersion) always goes through. An update that shows new trouble
-// is urgent: its sync may owe a pause, which closes the gate, and must not
+// resourceVersion) always goes through. An update that shows a new failure
+// is urgent: its sync owes a pause, which closes the gate, and must not
 // wait behind the health flaps of busy Stages.
 func (c *Controller) updateStage(oldObj, newObj any) {
 	o, ok1 := oldObj.(*kargo.Stage)
@@ -26,7 +26,7 @@ func (c *Controller) updateStage(oldObj, newObj any) {
 	if ok1 && ok2 && o.ResourceVersion != n.ResourceVersion && sameView(o, n) {
 		return
 	}
-	if ok1 && ok2 && showsNewTrouble(o, n) {
+	if ok1 && ok2 && showsNewFailure(o, n) {
 		if key, err := cache.DeletionHandlingObjectToName(newObj); err == nil {
 			c.enqueueUrgent(key)
 			return
@@ -35,44 +35,41 @@ func (c *Controller) updateStage(oldObj, newObj any) {
 	c.enqueueStage(newObj)
 }
 
-// trouble is what a Stage's status shows that may fail its cycle: a Stage
-// Unhealthy or Unknown, a last promotion that failed or errored, a
-// verification that did not pass. It only orders the queue; the latch
-// judges the sync as any other, so a mistaken trouble costs other Stages
-// a little latency and nothing more.
-type trouble struct {
-	health                          string
-	promotion, promotionPhase       string
-	verification, verificationPhase string
-}
+// failure is what a Stage's status shows that fails its cycle at once
+// (latch/failure.go): a last promotion that failed or errored, a
+// verification that failed or errored (not one a person aborted). Health is
+// left out: an Unhealthy Stage fails only after the degraded grace, whose
+// end comes back as a due requeue (queue.Worker), and Kargo reports Unknown
+// during every promotion. It only orders the queue; the latch judges the
+// sync as any other, so a mistaken mark costs other Stages a little
+// latency and nothing more.
+type failure struct{ promotion, verification string }
 
-func troubleOf(s *kargo.Stage) trouble {
-	var t trouble
+func failureOf(s *kargo.Stage) failure {
+	var f failure
 	st := s.Status
 	if st == nil {
-		return t
-	}
-	if h := latch.Health(st.Health); h == latch.HealthUnhealthy || h == latch.HealthUnknown {
-		t.health = st.Health
+		return f
 	}
 	if lp := st.LastPromotion; lp != nil {
 		if p := latch.PromotionPhase(lp.Phase); p == latch.PromotionFailed || p == latch.PromotionErrored {
-			t.promotion, t.promotionPhase = lp.Name, lp.Phase
+			f.promotion = lp.Name + "\x00" + lp.Phase
 		}
 	}
 	if v := st.Verification; v != nil {
-		switch latch.VerificationPhase(v.Phase) {
-		case latch.VerificationFailed, latch.VerificationError, latch.VerificationInconclusive:
-			t.verification, t.verificationPhase = v.ID, v.Phase
+		switch p := latch.VerificationPhase(v.Phase); {
+		case p == latch.VerificationFailed && v.Message != latch.UserAbortMessage, p == latch.VerificationError:
+			f.verification = v.ID + "\x00" + v.Phase
 		}
 	}
-	return t
+	return f
 }
 
-// showsNewTrouble reports whether n shows trouble that o did not.
-func showsNewTrouble(o, n *kargo.Stage) bool {
-	t := troubleOf(n)
-	return t != (trouble{}) && t != troubleOf(o)
+// showsNewFailure reports whether n shows a failure that o did not.
+func showsNewFailure(o, n *kargo.Stage) bool {
+	was, is := failureOf(o), failureOf(n)
+	return is.promotion != "" && is.promotion != was.promotion ||
+		is.verification != "" && is.verification != was.verification
 }
 
 func sameView(a, b *kargo.Stage) bool {

@@ -1,14 +1,18 @@
 package controller
 
 import (
+	"context"
 	"strings"
 	"testing"
+	"time"
 
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/utils/clock"
 
 	"github.com/kargo-latch/kargo-latch/api"
 	"github.com/kargo-latch/kargo-latch/kargo"
+	"github.com/kargo-latch/kargo-latch/latch"
 	"github.com/kargo-latch/kargo-latch/queue"
 )
 
@@ -52,18 +56,18 @@ func TestSameViewTellsWhatTheLatchReads(t *testing.T) {
 	}
 }
 
-// A Stage update that shows new trouble is synced before every Stage that
-// only flaps: it may owe a pause. One that shows the same trouble again,
-// or none, waits its turn.
-func TestNewTroubleIsUrgent(t *testing.T) {
-	stage := func(health, promotionPhase, verificationPhase string) *kargo.Stage {
+// A Stage update that shows a new failure is synced before every Stage that
+// only flaps: it owes a pause. One that shows the same failure again, a
+// health change, or a person's abort waits its turn.
+func TestNewFailureIsUrgent(t *testing.T) {
+	stage := func(health, promotionPhase, verificationPhase, message string) *kargo.Stage {
 		status := map[string]any{
 			"health":        map[string]any{"status": health},
 			"lastPromotion": map[string]any{"name": "p1", "status": map[string]any{"phase": promotionPhase}},
 		}
 		if verificationPhase != "" {
 			status["freightHistory"] = []any{map[string]any{"id": "f1", "verificationHistory": []any{
-				map[string]any{"id": "v1", "phase": verificationPhase},
+				map[string]any{"id": "v1", "phase": verificationPhase, "message": message},
 			}}}
 		}
 		return kargo.StageFromUnstructured(&unstructured.Unstructured{Object: map[string]any{
@@ -71,45 +75,48 @@ func TestNewTroubleIsUrgent(t *testing.T) {
 			"status":   status,
 		}})
 	}
-	fine := stage("Healthy", "Succeeded", "Successful")
+	fine := stage("Healthy", "Succeeded", "Successful", "")
+	failed := stage("Unhealthy", "Failed", "", "")
 	for name, tc := range map[string]struct {
 		old, new *kargo.Stage
 		urgent   bool
 	}{
-		"a flap to Progressing":           {fine, stage("Progressing", "Succeeded", "Successful"), false},
-		"a flap back to Healthy":          {stage("Progressing", "Succeeded", ""), fine, false},
-		"the Stage turned Unhealthy":      {fine, stage("Unhealthy", "Succeeded", "Successful"), true},
-		"the Stage's health went Unknown": {fine, stage("Unknown", "Succeeded", "Successful"), true},
-		"the promotion failed":            {stage("", "Running", ""), stage("", "Failed", ""), true},
-		"the promotion errored":           {stage("", "Running", ""), stage("", "Errored", ""), true},
-		"the verification failed":         {stage("Healthy", "Succeeded", "Running"), stage("Healthy", "Succeeded", "Failed"), true},
-		"the verification was inconclusive": {
-			stage("Healthy", "Succeeded", "Running"), stage("Healthy", "Succeeded", "Inconclusive"), true},
-		"still Unhealthy":                {stage("Unhealthy", "Succeeded", ""), stage("Unhealthy", "Succeeded", ""), false},
-		"the failure went away":          {stage("", "Failed", ""), fine, false},
-		"a garbage health is not urgent": {fine, stage("Exploded", "Succeeded", "Successful"), false},
+		"a flap to Progressing":                 {fine, stage("Progressing", "Succeeded", "Successful", ""), false},
+		"a flap back to Healthy":                {stage("Progressing", "Succeeded", "", ""), fine, false},
+		"Unhealthy fails only after its grace":  {fine, stage("Unhealthy", "Succeeded", "Successful", ""), false},
+		"Unknown while a promotion runs":        {fine, stage("Unknown", "Running", "", ""), false},
+		"the promotion failed":                  {stage("", "Running", "", ""), stage("", "Failed", "", ""), true},
+		"the promotion errored":                 {stage("", "Running", "", ""), stage("", "Errored", "", ""), true},
+		"the verification failed":               {stage("Healthy", "Succeeded", "Running", ""), stage("Healthy", "Succeeded", "Failed", ""), true},
+		"the verification errored":              {stage("Healthy", "Succeeded", "Running", ""), stage("Healthy", "Succeeded", "Error", ""), true},
+		"a person aborted the verification":     {stage("Healthy", "Succeeded", "Running", ""), stage("Healthy", "Succeeded", "Failed", latch.UserAbortMessage), false},
+		"Kargo's verification was inconclusive": {stage("Healthy", "Succeeded", "Running", ""), stage("Healthy", "Succeeded", "Inconclusive", ""), false},
+		"the same failure again":                {failed, stage("Unknown", "Failed", "", ""), false},
+		"a failure shrank (health recovered)":   {failed, stage("Healthy", "Failed", "", ""), false},
+		"the failure went away":                 {failed, fine, false},
+		"a garbage health is not a failure":     {fine, stage("Exploded", "Succeeded", "Successful", ""), false},
 	} {
-		if got := showsNewTrouble(tc.old, tc.new); got != tc.urgent {
-			t.Errorf("%s: showsNewTrouble = %v, want %v", name, got, tc.urgent)
+		if got := showsNewFailure(tc.old, tc.new); got != tc.urgent {
+			t.Errorf("%s: showsNewFailure = %v, want %v", name, got, tc.urgent)
 		}
 	}
 }
 
-// The handler puts a Stage that shows new trouble ahead of those queued
+// The handler puts a Stage that shows a new failure ahead of those queued
 // before it.
-func TestTroubledStageGoesAheadOfTheQueue(t *testing.T) {
-	stage := func(name, health string) *kargo.Stage {
+func TestFailingStageGoesAheadOfTheQueue(t *testing.T) {
+	stage := func(name, phase string) *kargo.Stage {
 		return kargo.StageFromUnstructured(&unstructured.Unstructured{Object: map[string]any{
-			"metadata": map[string]any{"name": name, "namespace": "p", "resourceVersion": health},
-			"status":   map[string]any{"health": map[string]any{"status": health}},
+			"metadata": map[string]any{"name": name, "namespace": "p", "resourceVersion": phase},
+			"status":   map[string]any{"lastPromotion": map[string]any{"name": "p1", "status": map[string]any{"phase": phase}}},
 		}})
 	}
 	c := &Controller{}
 	stages, urgent := queue.NewWithLanes("", nil, clock.RealClock{})
 	defer stages.ShutDown()
 	c.work.Store(&workQueues{stages: stages, urgent: urgent})
-	c.updateStage(stage("flapping", "Healthy"), stage("flapping", "Progressing"))
-	c.updateStage(stage("failing", "Healthy"), stage("failing", "Unhealthy"))
+	c.updateStage(stage("flapping", "Running"), stage("flapping", "Succeeded"))
+	c.updateStage(stage("failing", "Running"), stage("failing", "Failed"))
 	for _, want := range []string{"failing", "flapping"} {
 		key, _ := stages.Get()
 		if key.Name != want {
@@ -117,4 +124,44 @@ func TestTroubledStageGoesAheadOfTheQueue(t *testing.T) {
 		}
 		stages.Done(key)
 	}
+}
+
+// The running controller syncs a Stage whose promotion failed from the
+// urgent lane: the wait is measured, and the pause is made.
+func TestFailureIsSyncedFromTheUrgentLane(t *testing.T) {
+	prior := latch.Record{Phase: latch.PhaseLatched, Promotion: "p1", FreightID: "F1", ExaminedPromotion: "p1",
+		PromotedAt: ptrTime(time.Date(2026, 11, 29, 10, 0, 0, 0, time.UTC)), LatchedAt: ptrTime(time.Date(2026, 11, 29, 10, 1, 0, 0, time.UTC))}
+	f := newFixture(t, false, healthyStage("prod", map[string]any{api.PauseOnFailureAnnotation: "true", api.StateAnnotation: prior.Encode()}))
+	f.idle()
+	if n := urgentWaits(t, f); n != 0 {
+		t.Fatalf("%d urgent syncs before any failure, want 0", n)
+	}
+	u, err := f.client.Resource(kargo.StagesResource).Namespace("shop").Get(context.Background(), "prod", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	u.Object["status"].(map[string]any)["lastPromotion"] = map[string]any{
+		"name": "p2", "finishedAt": "2026-11-29T11:00:00Z", "status": map[string]any{"phase": "Failed"},
+	}
+	if _, err := f.client.Resource(kargo.StagesResource).Namespace("shop").Update(context.Background(), u, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	f.waitEvent("Warning LatchFailed")
+	if n := urgentWaits(t, f); n < 1 {
+		t.Errorf("the failure's sync was not urgent (%d urgent waits measured)", n)
+	}
+}
+
+func urgentWaits(t *testing.T, f *fixture) uint64 {
+	t.Helper()
+	families, err := f.reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range families {
+		if mf.GetName() == "kargo_latch_urgent_queue_wait_seconds" {
+			return mf.GetMetric()[0].GetHistogram().GetSampleCount()
+		}
+	}
+	return 0
 }

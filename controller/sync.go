@@ -29,13 +29,13 @@ func (c *Controller) syncStage(ctx context.Context, key cache.ObjectName) (time.
 	start := c.clock.Now()
 	defer func() { c.cfg.Metrics.ReconcileDuration.Observe(c.clock.Since(start).Seconds()) }()
 	logger := klog.LoggerWithValues(klog.FromContext(ctx), "stage", klog.KRef(key.Namespace, key.Name))
-	if markedAt, urgent := queue.UrgentSince(ctx); urgent {
-		// Its lines tell when the trouble was seen and how long it
-		// waited, so that a failure's reaction can be traced to its
-		// steps (docs/performance.md).
-		waited := start.Sub(markedAt)
+	if since, urgent := queue.UrgentSince(ctx); urgent {
+		// Its lines tell when the failure was seen (or the transition
+		// fell due) and how long it waited, so that a failure's reaction
+		// can be traced to its steps (docs/performance.md).
+		waited := start.Sub(since)
 		c.cfg.Metrics.UrgentWait.Observe(waited.Seconds())
-		logger = klog.LoggerWithValues(logger, "troubleSeenAt", markedAt.UTC().Format(time.RFC3339Nano), "queued", waited)
+		logger = klog.LoggerWithValues(logger, "urgentSince", since.UTC().Format(time.RFC3339Nano), "queued", waited)
 	}
 	ctx = klog.NewContext(ctx, logger)
 

@@ -42,8 +42,19 @@ func (c *Controller) watchRuns(ns string) error {
 			c.enqueue(cache.NewObjectName(u.GetNamespace(), verification.StageOf(u)))
 		}
 	}
+	// A run that has just failed fails its cycle: its Stage owes a pause,
+	// and goes before the others (handlers.go).
+	update := func(oldObj, obj any) {
+		o, ok1 := oldObj.(*unstructured.Unstructured)
+		u, ok2 := obj.(*unstructured.Unstructured)
+		if ok1 && ok2 && verification.StageOf(u) != "" && runFailedNow(o, u) {
+			c.enqueueUrgent(cache.NewObjectName(u.GetNamespace(), verification.StageOf(u)))
+			return
+		}
+		enqueue(obj)
+	}
 	if _, err := runs.AddEventHandler(cache.ResourceEventHandlerFuncs{
-		AddFunc: enqueue, UpdateFunc: func(_, obj any) { enqueue(obj) }, DeleteFunc: enqueue,
+		AddFunc: enqueue, UpdateFunc: update, DeleteFunc: enqueue,
 	}); err != nil {
 		return fmt.Errorf("adding an event handler: %w", err)
 	}
@@ -242,4 +253,15 @@ func (c *Controller) reportRunPhases(s *snapshot) {
 			c.cfg.Metrics.InvalidInput.WithLabelValues(s.key.Namespace, s.key.Name, "analysisrun").Inc()
 		}
 	}
+}
+
+// runFailedNow reports whether an AnalysisRun kargo-latch started has just
+// ended in a phase that fails its cycle (latch/analysis.go).
+func runFailedNow(o, n *unstructured.Unstructured) bool {
+	was, is := verification.RunFrom(o).Phase, verification.RunFrom(n).Phase
+	switch is {
+	case latch.VerificationFailed, latch.VerificationError, latch.VerificationInconclusive:
+		return is != was
+	}
+	return false
 }

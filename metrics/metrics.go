@@ -29,8 +29,9 @@ type Recorder struct {
 	WriteConflicts     prometheus.Counter
 	CacheSynced        prometheus.Gauge
 	ReconcileDuration  prometheus.Histogram
-	// UrgentWait is how long a Stage whose update showed new trouble
-	// waited in the urgent lane of the Stage queue for a worker.
+	// UrgentWait is how long a Stage whose update showed a new failure, or
+	// whose time-based transition fell due, waited in the urgent lane of
+	// the Stage queue for a worker.
 	UrgentWait  prometheus.Histogram
 	TimeToLatch prometheus.Histogram
 	BuildInfo   *prometheus.GaugeVec
@@ -134,7 +135,7 @@ func New(reg prometheus.Registerer, version string) *Recorder {
 		}),
 		UrgentWait: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Namespace: Namespace, Name: "urgent_queue_wait_seconds",
-			Help:    "Time a Stage whose update showed new trouble (a failed promotion or verification, an Unhealthy or Unknown Stage) waited for a worker: the first step of a failure's reaction.",
+			Help:    "Time a Stage whose update showed a new failure (a failed or errored promotion or verification), or whose time-based transition fell due, waited for a worker: the first step of a failure's reaction.",
 			Buckets: prometheus.ExponentialBuckets(0.0005, 2, 16),
 		}),
 		TimeToLatch: prometheus.NewHistogram(prometheus.HistogramOpts{

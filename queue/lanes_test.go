@@ -3,6 +3,9 @@ package queue
 import (
 	"context"
 	"math/rand/v2"
+	"slices"
+	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -89,13 +92,73 @@ func TestWorkerTellsTheSyncWhenItsKeyWasMarked(t *testing.T) {
 	}
 }
 
-// Whatever the marks, the lanes keep the workqueue's promises: every key
-// added is handed out, none twice for one Add, none to two workers at once.
-func TestLanesKeepTheQueuesPromises(t *testing.T) {
-	rng := rand.New(rand.NewPCG(1, 2))
+// A requeue that falls due is urgent from then on, not before.
+func TestDueKeysTakeTheUrgentLaneWhenDue(t *testing.T) {
+	clk := clocktesting.NewFakeClock(time.Unix(1000, 0))
+	q, lanes := NewWithLanes("", nil, clk)
+	defer q.ShutDown()
+	k := names("a", "b", "c")
+	lanes.MarkDueIn(k[0], 10*time.Second)
+	q.Add(k[1])
+	q.Add(k[0]) // an event before it falls due: plain
+	if diff := cmp.Diff(names("b", "a"), drain(t, q)); diff != "" {
+		t.Errorf("before it fell due (-want +got):\n%s", diff)
+	}
+	q.Add(k[1])
+	q.Add(k[2])
+	clk.Step(10 * time.Second)
+	q.Add(k[0]) // the timed add
+	if diff := cmp.Diff(names("a", "b", "c"), drain(t, q)); diff != "" {
+		t.Errorf("once due (-want +got):\n%s", diff)
+	}
+	q.Add(k[0])
+	if key, _ := q.Get(); key != k[0] {
+		t.Fatalf("got %v", key)
+	} else if _, urgent := lanes.Take(key); urgent {
+		t.Errorf("a due mark was not spent by the hand-out that followed it")
+	}
+}
+
+// A storm of urgent keys does not starve the plain lane.
+func TestPlainKeysAreNotStarved(t *testing.T) {
 	q, lanes := NewWithLanes("", nil, clocktesting.NewFakeClock(time.Unix(1000, 0)))
 	defer q.ShutDown()
+	plain := cache.NewObjectName("p", "plain")
+	q.Add(plain)
+	for i := range 3 * maxUrgentStreak {
+		key := cache.NewObjectName("p", "urgent-"+strconv.Itoa(i))
+		lanes.Mark(key)
+		q.Add(key)
+	}
+	got := drain(t, q)
+	if i := slices.Index(got, plain); i != maxUrgentStreak {
+		t.Errorf("the plain key went out at %d, want after %d urgent ones", i, maxUrgentStreak)
+	}
+}
+
+// Whatever the marks, the lanes keep the workqueue's promises: every key
+// added is handed out once, none to two workers at once; marks come from
+// another goroutine, as from an informer's handler.
+func TestLanesKeepTheQueuesPromises(t *testing.T) {
+	rng := rand.New(rand.NewPCG(1, 2))
+	clk := clocktesting.NewFakeClock(time.Unix(1000, 0))
+	q, lanes := NewWithLanes("", nil, clk)
+	defer q.ShutDown()
 	keys := names("a", "b", "c", "d", "e", "f", "g", "h")
+	stop := make(chan struct{})
+	marking := make(chan struct{})
+	go func() {
+		defer close(marking)
+		for i := 0; ; i++ {
+			select {
+			case <-stop:
+				return
+			default:
+				lanes.MarkDueIn(keys[i%len(keys)], time.Duration(i%3)*time.Second)
+			}
+		}
+	}()
+	defer func() { close(stop); <-marking }()
 	waiting := map[cache.ObjectName]bool{}
 	processing := map[cache.ObjectName]bool{}
 	var held []cache.ObjectName
@@ -104,6 +167,7 @@ func TestLanesKeepTheQueuesPromises(t *testing.T) {
 		switch rng.IntN(4) {
 		case 0:
 			lanes.Mark(key)
+			clk.Step(time.Second)
 			fallthrough
 		case 1:
 			q.Add(key)
@@ -136,7 +200,26 @@ func TestLanesKeepTheQueuesPromises(t *testing.T) {
 			t.Fatalf("step %d: Len = %d, want %d", step, q.Len(), want)
 		}
 	}
+	// Done with everything held, every waiting key comes out once.
+	for _, key := range held {
+		processing[key] = false
+		q.Done(key)
+	}
+	var want []cache.ObjectName
+	for key, w := range waiting {
+		if w {
+			want = append(want, key)
+		}
+	}
+	got := drain(t, q)
+	slices.SortFunc(got, compareNames)
+	slices.SortFunc(want, compareNames)
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("left waiting, handed out at the end (-want +got):\n%s", diff)
+	}
 }
+
+func compareNames(a, b cache.ObjectName) int { return strings.Compare(a.String(), b.String()) }
 
 // countQueued is how many keys wait in the queue proper: added, and not
 // held by a worker (those wait in the workqueue's dirty set instead).

@@ -92,14 +92,16 @@ type Worker struct {
 	// OnError, if set, is told of every failed sync (for metrics).
 	OnError func(key cache.ObjectName, err error)
 	// Lanes, if set, are the Queue's (NewWithLanes): a key handed out as
-	// urgent is synced with its mark's time in the context (UrgentSince).
+	// urgent is synced with its mark's time in the context (UrgentSince),
+	// and a requeue after a sync is urgent once it falls due: it is a
+	// time-based transition (a grace or a deadline that ends).
 	Lanes *Lanes
 }
 
 type urgentKey struct{}
 
-// UrgentSince reports when the key a sync's context belongs to was marked
-// urgent, if it was handed out as urgent.
+// UrgentSince reports when the key a sync's context belongs to became
+// urgent (marked, or due), if it was handed out as urgent.
 func UrgentSince(ctx context.Context) (time.Time, bool) {
 	at, ok := ctx.Value(urgentKey{}).(time.Time)
 	return at, ok
@@ -149,6 +151,9 @@ func (w *Worker) processNext(ctx context.Context) bool {
 	case err == nil:
 		w.Queue.Forget(key)
 		if after > 0 {
+			if w.Lanes != nil {
+				w.Lanes.MarkDueIn(key, after)
+			}
 			w.Queue.AddAfter(key, after)
 		}
 	case w.Queue.NumRequeues(key) < w.MaxRetries:

@@ -50,7 +50,7 @@ func (b *bench) reaction(ctx context.Context) ([]row, error) {
 			return nil, err
 		}
 		gate, react = append(gate, closed.Sub(t0)), append(react, seen.Sub(t0))
-		traced = append(traced, failureSample{stage: s.Name, wrote: t0, closed: closed})
+		traced = append(traced, failureSample{stage: s.Namespace + "/" + s.Name, wrote: t0, closed: closed})
 		time.Sleep(50 * time.Millisecond)
 	}
 	say("reaction, split: failure → StagePause seen %v; StagePause → paused label seen %v", percentiles(gate), percentiles(subtract(react, gate)))

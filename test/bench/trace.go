@@ -4,12 +4,13 @@ import (
 	"bufio"
 	"os"
 	"regexp"
+	"slices"
 	"strconv"
 	"time"
 )
 
-// failureSample is one timed failure: when the bench wrote it, and when its
-// watcher saw the StagePause.
+// failureSample is one timed failure of a Stage (namespace/name): when the
+// bench wrote it, and when its watcher saw the StagePause.
 type failureSample struct {
 	stage         string
 	wrote, closed time.Time
@@ -17,11 +18,11 @@ type failureSample struct {
 
 // pausedLine is the operator's log line of a failure's pause, made on an
 // urgent sync: klog's header (month, day, time; local time), the Stage,
-// when the operator's handler saw the trouble, and how long it queued.
+// when the operator's handler saw the failure, and how long it queued.
 var (
 	pausedLine = regexp.MustCompile(`^I(\d{4} \d{2}:\d{2}:\d{2}\.\d{6}) .*"Paused the Stage after a failure"`)
-	stageValue = regexp.MustCompile(` stage="[^/"]*/([^"]+)"`)
-	seenValue  = regexp.MustCompile(` troubleSeenAt="([^"]+)"`)
+	stageValue = regexp.MustCompile(` stage="([^"]+)"`)
+	seenValue  = regexp.MustCompile(` urgentSince="([^"]+)"`)
 	queuedFor  = regexp.MustCompile(` queued="([^"]+)"`)
 )
 
@@ -29,11 +30,12 @@ var (
 // from the operator's log line of the pause: the failure's write → the
 // operator's Stage handler (the watch's delivery and the cache),
 // → a worker's sync (the queue), → the pause created (the sync and its
-// POST), → the bench's watcher seeing the pause. Samples whose line is
-// missing (a pause made on a sync that was not urgent) are counted, not
-// split.
+// POST), → the bench's watcher seeing the pause (the line is written after
+// the create returns, so this last step can be slightly negative). Only a
+// line between the sample's write and its close counts; samples without
+// one (a pause made on a sync that was not urgent) are counted, not split.
 func (b *bench) sayTrace(samples []failureSample) {
-	made := map[string][3]time.Time{} // seen, synced, created
+	made := map[string][][3]time.Time{} // by Stage: seen, synced, created
 	for _, op := range b.operators {
 		f, err := os.Open(op.logPath)
 		if err != nil {
@@ -55,16 +57,17 @@ func (b *bench) sayTrace(samples []failureSample) {
 				continue
 			}
 			created = created.AddDate(seen.Year(), 0, 0) // klog's header has no year
-			made[stage[1]] = [3]time.Time{seen, seen.Add(queued), created}
+			made[stage[1]] = append(made[stage[1]], [3]time.Time{seen, seen.Add(queued), created})
 		}
 		_ = f.Close()
 	}
 	var delivered, queued, acted, back []time.Duration
 	for _, s := range samples {
-		t, ok := made[s.stage]
-		if !ok {
+		i := slices.IndexFunc(made[s.stage], func(t [3]time.Time) bool { return !t[2].Before(s.wrote) && !t[2].After(s.closed.Add(time.Second)) })
+		if i < 0 {
 			continue
 		}
+		t := made[s.stage][i]
 		delivered, queued = append(delivered, t[0].Sub(s.wrote)), append(queued, t[1].Sub(t[0]))
 		acted, back = append(acted, t[2].Sub(t[1])), append(back, s.closed.Sub(t[2]))
 	}
@@ -72,7 +75,7 @@ func (b *bench) sayTrace(samples []failureSample) {
 		say("trace: no failure's pause line found in the operators' logs")
 		return
 	}
-	say("reaction, traced (%d of %d failures): the write → the operator's handler %v; queued %v; sync and POST stagepauses %v; created → the watcher %v",
+	say("reaction, traced (%d of %d failures): the write → the operator's handler %v; queued %v; sync and POST stagepauses %v; the create's return → the watcher %v",
 		len(delivered), len(samples), percentiles(delivered), percentiles(queued), percentiles(acted), percentiles(back))
 }
 

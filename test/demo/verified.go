@@ -355,17 +355,10 @@ func sleepUntil(ctx context.Context, when time.Time) error {
 // Stage Kargo has reconciled but never promoted to.
 func (d *demo) createDownstream(ctx context.Context, k *driver.Kargo) error {
 	name := downstream
-	if _, err := k.CreateStage(ctx, project, name, nil); err != nil {
+	if _, err := k.CreateStage(ctx, project, name, nil, driver.WithUpstream(upstream)); err != nil {
 		return err
 	}
 	stages := d.admin.Resource(kargo.StagesResource).Namespace(project)
-	spec, _ := json.Marshal(map[string]any{"spec": map[string]any{"requestedFreight": []any{map[string]any{
-		"origin":  map[string]any{"kind": "Warehouse", "name": "warehouse"},
-		"sources": map[string]any{"stages": []any{upstream}},
-	}}}})
-	if _, err := stages.Patch(ctx, name, types.MergePatchType, spec, metav1.PatchOptions{}); err != nil {
-		return fmt.Errorf("making Stage %s request Freight from %s: %w", name, upstream, err)
-	}
 	status, _ := json.Marshal(map[string]any{"status": map[string]any{"observedGeneration": 2}})
 	if _, err := stages.Patch(ctx, name, types.MergePatchType, status, metav1.PatchOptions{FieldManager: driver.FieldManager}, "status"); err != nil {
 		return fmt.Errorf("writing the status of Stage %s: %w", name, err)
@@ -373,55 +366,10 @@ func (d *demo) createDownstream(ctx context.Context, k *driver.Kargo) error {
 	return nil
 }
 
-// availableToDownstream applies Kargo's availability rule
-// (pkg/api/stage.go; the facts document §7.7) to one Freight and Stage uat:
-// the Freight is offered to the Stage when it is approved for it, or comes
-// from a Warehouse the Stage requests directly, or is verified in the
-// upstream Stages it is requested from: in one of them, or in all with
-// availabilityStrategy All. Soak time is left out: uat asks for none.
+// availableToDownstream applies Kargo's availability rule to one Freight
+// and Stage uat (driver.AvailableTo).
 func (d *demo) availableToDownstream(ctx context.Context, freight string) (bool, string, error) {
-	stage := downstream
-	s, err := d.admin.Resource(kargo.StagesResource).Namespace(project).Get(ctx, stage, metav1.GetOptions{})
-	if err != nil {
-		return false, "", err
-	}
-	f, err := driver.New(d.admin).Freight(ctx, project, freight)
-	if err != nil {
-		return false, "", err
-	}
-	if _, approved, _ := unstructured.NestedMap(f.Object, "status", "approvedFor", stage); approved {
-		return true, "approved for " + stage, nil
-	}
-	origin, _, _ := unstructured.NestedString(f.Object, "origin", "name")
-	verifiedIn, _, _ := unstructured.NestedMap(f.Object, "status", "verifiedIn")
-	requests, _, _ := unstructured.NestedSlice(s.Object, "spec", "requestedFreight")
-	for _, r := range requests {
-		request, _ := r.(map[string]any)
-		if name, _, _ := unstructured.NestedString(request, "origin", "name"); name != origin {
-			continue
-		}
-		if direct, _, _ := unstructured.NestedBool(request, "sources", "direct"); direct {
-			return true, "requested directly from Warehouse " + origin, nil
-		}
-		upstream, _, _ := unstructured.NestedStringSlice(request, "sources", "stages")
-		strategy, _, _ := unstructured.NestedString(request, "sources", "availabilityStrategy")
-		var verified, missing []string
-		for _, up := range upstream {
-			if _, ok := verifiedIn[up]; ok {
-				verified = append(verified, up)
-			} else {
-				missing = append(missing, up)
-			}
-		}
-		switch {
-		case strategy == "All" && len(missing) == 0 && len(verified) > 0,
-			strategy != "All" && len(verified) > 0:
-			return true, "verified in " + strings.Join(verified, ", "), nil
-		case len(missing) > 0:
-			return false, "not verified in " + strings.Join(missing, ", "), nil
-		}
-	}
-	return false, "not requested by " + stage, nil
+	return driver.New(d.admin).AvailableTo(ctx, project, downstream, freight)
 }
 
 // record is the Stage's latch record.
