@@ -39,6 +39,8 @@ type options struct {
 	shards int
 	// only names the phases to run after the set-up (all when empty).
 	only string
+	// operator is the operator binary measured; empty for bin/kargo-latch.
+	operator string
 }
 
 func main() {
@@ -55,6 +57,7 @@ func main() {
 	flag.IntVar(&o.promotions, "promotions-per-stage", 20, "terminal Promotions per busy Stage (Kargo's garbage collector keeps 20), with the Freight they promote")
 	flag.Float64Var(&o.promotionChurn, "promotion-churn", 2, "new Promotions per second during the churn, each queued, run and finished as Kargo does")
 	flag.IntVar(&o.createInFlight, "create-in-flight", 16, "busy Stages given their Promotions at once: enough to keep the apiserver busy, few enough not to bury it")
+	flag.StringVar(&o.operator, "operator", "", "the operator binary to measure instead of bin/kargo-latch: an older build, for figures before and after a change on the same machine")
 	flag.StringVar(&o.only, "only", "", "run only these phases after the set-up, comma-separated: reaction, project-wide, memory, shards, verify (all when empty)")
 	flag.IntVar(&o.shards, "shards", 0, "spread the Stages over shards s0..s(N-1), one operator per shard (--shard sK); 0 runs one unsharded operator")
 	flag.Parse()

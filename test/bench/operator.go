@@ -71,7 +71,11 @@ func (b *bench) start(op *operator) error {
 		args = append(args, "--shard", op.shard)
 	}
 	args = append(args, verifyArgs...)
-	op.cmd = exec.Command(binPath(b.c, "kargo-latch"), args...)
+	binary := binPath(b.c, "kargo-latch")
+	if b.o.operator != "" {
+		binary = b.o.operator
+	}
+	op.cmd = exec.Command(binary, args...)
 	op.cmd.Stdout, op.cmd.Stderr = log, log
 	// As manifests/base/deployment.yaml runs it.
 	op.cmd.Env = append(os.Environ(), "GOGC=50")

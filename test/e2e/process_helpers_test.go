@@ -9,6 +9,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"sync"
 	"syscall"
 	"testing"
@@ -218,4 +219,18 @@ func (u metricsAt) work() (work, error) {
 		}
 		return total
 	}), nil
+}
+
+// logSize is how much the process has logged so far, across its restarts.
+func (p *process) logSize() int64 {
+	fi, err := p.log.Stat()
+	must(p.t, err)
+	return fi.Size()
+}
+
+// loggedSince reports whether the process logged s after offset (a logSize).
+func (p *process) loggedSince(offset int64, s string) bool {
+	b, err := os.ReadFile(p.log.Name())
+	must(p.t, err)
+	return offset <= int64(len(b)) && strings.Contains(string(b[offset:]), s)
 }

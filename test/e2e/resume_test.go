@@ -11,6 +11,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/rest"
 
 	"github.com/kargo-latch/kargo-latch/api"
 	"github.com/kargo-latch/kargo-latch/api/v1alpha1"
@@ -139,6 +140,13 @@ func checkResumedForGood(t *testing.T, ns string, prod *driver.Stage, x string) 
 // proves the denial is in force, and returns what lifts it.
 func denyOperatorStageWrites(t *testing.T, ns string, s *driver.Stage) (lift func()) {
 	t.Helper()
+	return denyStageWrites(t, ns, s, env.operator, operatorUser)
+}
+
+// denyStageWrites is denyOperatorStageWrites for the operator that runs as
+// user, with config.
+func denyStageWrites(t *testing.T, ns string, s *driver.Stage, config *rest.Config, user string) (lift func()) {
+	t.Helper()
 	name := "e2e-deny-stage-writes-" + ns
 	policy := &unstructured.Unstructured{Object: map[string]any{
 		"apiVersion": "admissionregistration.k8s.io/v1", "kind": "ValidatingAdmissionPolicy",
@@ -149,7 +157,7 @@ func denyOperatorStageWrites(t *testing.T, ns string, s *driver.Stage) (lift fun
 				"apiGroups": []any{"kargo.akuity.io"}, "apiVersions": []any{"*"}, "operations": []any{"UPDATE"}, "resources": []any{"stages"},
 			}}},
 			"validations": []any{map[string]any{
-				"expression": "request.userInfo.username != '" + operatorUser + "'",
+				"expression": "request.userInfo.username != '" + user + "'",
 				"message":    "e2e: the operator may not write Stages now", "reason": "Forbidden",
 			}},
 		},
@@ -163,7 +171,7 @@ func denyOperatorStageWrites(t *testing.T, ns string, s *driver.Stage) (lift fun
 		},
 	}}
 	must(t, applyObjects([]*unstructured.Unstructured{policy, binding}))
-	asOperator := dynamic.NewForConfigOrDie(env.operator)
+	asOperator := dynamic.NewForConfigOrDie(config)
 	probe := []byte(`{"metadata":{"annotations":{"e2e/probe":"x"}}}`)
 	waitFor(t, "the denial of the operator's Stage writes", func() bool {
 		_, err := asOperator.Resource(kargo.StagesResource).Namespace(ns).Patch(ctx, s.Name, types.MergePatchType, probe, metav1.PatchOptions{DryRun: []string{metav1.DryRunAll}})
@@ -199,7 +207,7 @@ var (
 func TestOperatorMayOnlyReleaseItsFinalizer(t *testing.T) {
 	t.Parallel()
 	ns := env.newProject(t)
-	asOperator := dynamic.NewForConfigOrDie(env.operator)
+	asOperator := dynamic.NewForConfigOrDie(config)
 	pauses := func(c dynamic.Interface) dynamic.ResourceInterface {
 		return c.Resource(v1alpha1.StagePausesResource).Namespace(ns)
 	}

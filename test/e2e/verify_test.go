@@ -18,7 +18,8 @@ import (
 // Kargo never sees it Healthy and never starts the analysis. kargo-latch
 // latches, starts exactly one AnalysisRun in Kargo's shape, the real Argo
 // Rollouts controller runs it to Successful, and the Freight is marked
-// verified at the run's finish, so that the next Stage would receive it.
+// verified at the run's finish, so that the next Stage (uat, which
+// requests its Freight from test) is offered it by Kargo's availability rule.
 // A later Healthy pass of Kargo adopts that run instead of starting one.
 func TestVerifyOnLatchUnderFlapping(t *testing.T) {
 	t.Parallel()
@@ -27,9 +28,14 @@ func TestVerifyOnLatchUnderFlapping(t *testing.T) {
 	metric := metricServer(t)
 	op := startVerifier(t, ns, verifySettings())
 	s := env.createStage(t, ns, "test", verifyOnLatch, appsAB, webCheck(t, ns, metric, 1, ""))
+	// uat requests its Freight from test, as the next Stage does.
+	env.createStage(t, ns, "uat", nil, driver.WithUpstream(s.Name))
 
 	freight := promote(t, s)
 	flapUntilLatched(t, s)
+	if ok, why, err := env.kargo.AvailableTo(ctx, ns, "uat", freight); err != nil || ok {
+		t.Fatalf("uat was offered the Freight before any analysis ended (%s, %v)", why, err)
+	}
 	r := waitAnalysis(t, s, "the analysis to succeed", func(a *latch.Analysis) bool { return a.Phase == latch.VerificationSuccessful })
 	run := assertOneOwnRun(t, s, freight)
 	if a := r.Analysis; a.Actor != latch.Actor || a.Run != run.GetName() || a.Attempt != 1 || a.FinishTime == nil {
@@ -41,6 +47,10 @@ func TestVerifyOnLatchUnderFlapping(t *testing.T) {
 	// The Freight is verified at the run's finish, as Kargo writes it.
 	if at, want := waitVerified(t, s, freight), completedAt(t, ns, run.GetName()); at != want {
 		t.Errorf("verifiedAt = %s, want the run's completedAt %s", at, want)
+	}
+	// Kargo's availability rule now offers it to the next Stage.
+	if ok, why, err := env.kargo.AvailableTo(ctx, ns, "uat", freight); err != nil || !ok {
+		t.Errorf("uat is not offered the verified Freight: %s (%v)", why, err)
 	}
 	// The latch's verdict and the analysis's are apart.
 	if v := r.Verification; v == nil || strings.Contains(strings.ToLower(v.Message), "analysis") {
@@ -285,5 +295,49 @@ func TestVerifyOnLatchExactlyOnceAcrossKills(t *testing.T) {
 		if n := env.eventCount(t, s, reason); n != 1 {
 			t.Errorf("%d %s Events, want 1", n, reason)
 		}
+	}
+}
+
+// TestVerifyOnLatchRunMadeButNotRecordedIsAdopted forces the window a kill
+// may hit by luck in the test above: the run is made, the record that names
+// it cannot be stored (the API server refuses the operator's Stage writes),
+// and the operator is killed then. Restarted, it finds the run by the
+// cycle's name and follows it: still one run, attempt 1, one result.
+func TestVerifyOnLatchRunMadeButNotRecordedIsAdopted(t *testing.T) {
+	t.Parallel()
+	env.rollouts(t)
+	ns := env.newProject(t)
+	metric := metricServer(t)
+	op := newProcessAs(t, env.verifier, "--namespace", ns, "--enable-verify-on-latch", "--verify-grace", "8s",
+		"--latch-deadline", "1m", "--health-probe-bind-address", "0", "--metrics-bind-address", "0", "-v", "2")
+	op.start()
+	s := env.createStage(t, ns, "test", verifyOnLatch, appsAB, webCheck(t, ns, metric, 1, ""))
+
+	freight := promote(t, s)
+	flapUntilLatched(t, s)
+	lift := denyStageWrites(t, ns, s, env.verifier, "system:serviceaccount:kargo-latch:"+verifierServiceAccount)
+	if len(runsOf(t, s)) != 0 {
+		t.Fatal("the run was made before the denial was in force: the grace is too short for this test")
+	}
+	logged := op.logSize()
+	waitFor(t, "the run to be made", func() bool { return len(runsOf(t, s)) > 0 })
+	waitFor(t, "the operator to fail to store the record that names the run", func() bool {
+		return op.loggedSince(logged, "may not write Stages now")
+	})
+	if a := stageRecord(t, s).Analysis; a != nil && a.Run != "" {
+		t.Fatalf("the record names run %s: the window was not forced", a.Run)
+	}
+	op.kill()
+	lift()
+	must(t, op.launch())
+
+	r := waitAnalysis(t, s, "the analysis to succeed", func(a *latch.Analysis) bool { return a.Phase == latch.VerificationSuccessful })
+	run := assertOneOwnRun(t, s, freight)
+	if r.Analysis.Run != run.GetName() || r.Analysis.Attempt != 1 {
+		t.Errorf("record's analysis = %+v, want attempt 1 of %s", r.Analysis, run.GetName())
+	}
+	waitEvent(t, s, api.ReasonFreightVerified)
+	if n := env.eventCount(t, s, api.ReasonVerificationSucceeded); n != 1 {
+		t.Errorf("%d %s Events, want 1", n, api.ReasonVerificationSucceeded)
 	}
 }
