@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"slices"
 
+	"golang.org/x/sync/errgroup"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -47,24 +48,44 @@ func (s *Starter) Lookup(ctx context.Context, namespace, stage, collection strin
 }
 
 // Start builds the run of a Stage's current Freight collection exactly as
-// Kargo would and creates it, unless Kargo's own lookup, played last, right
-// before the create, finds runs of the collection already (Kargo's, or this
-// cycle's own): those are returned instead, to be followed. A run already
-// at the name is this cycle's own, made before a crash, only if it carries
-// kargo-latch's marker and this Stage's and collection's labels; anything
-// else there is refused (*Unsupported), never adopted. created says
-// whether this call made the run.
+// Kargo would and creates it, unless Kargo's own lookup finds runs of the
+// collection already (Kargo's, or this cycle's own): those are returned
+// instead, to be followed. A run already at the name is this cycle's own,
+// made before a crash, only if it carries kargo-latch's marker and this
+// Stage's and collection's labels; anything else there is refused
+// (*Unsupported), never adopted. created says whether this call made the
+// run.
+//
+// The reads run side by side, so that a run takes two round trips before
+// its create rather than one per object: first the Stage and Kargo's
+// lookup, then what the Stage names (its templates, its Freight, the
+// Warehouses it requests from). Kargo could still make its own run between
+// the lookup and the create, as it could between any lookup and create;
+// its next pass then finds both, and kargo-latch follows Kargo's
+// (latch.runFor takes the newest).
 func (s *Starter) Start(ctx context.Context, namespace, stage, collection, name string) (runs []latch.Run, created bool, err error) {
-	run, err := s.build(ctx, namespace, stage, collection, name)
-	if err != nil {
-		return nil, false, err
-	}
-	found, err := s.Lookup(ctx, namespace, stage, collection)
-	if err != nil {
+	var (
+		src   *Source
+		found []latch.Run
+	)
+	first, firstCtx := errgroup.WithContext(ctx)
+	first.Go(func() (err error) {
+		src, err = s.source(firstCtx, namespace, stage, collection)
+		return err
+	})
+	first.Go(func() (err error) {
+		found, err = s.Lookup(firstCtx, namespace, stage, collection)
+		return err
+	})
+	if err := first.Wait(); err != nil {
 		return nil, false, err
 	}
 	if slices.ContainsFunc(found, func(r latch.Run) bool { return !r.Ours || r.Name == name }) {
 		return found, false, nil
+	}
+	run, err := s.build(ctx, namespace, src, name)
+	if err != nil {
+		return nil, false, err
 	}
 	made, err := s.Dynamic.Resource(AnalysisRunsResource).Namespace(namespace).Create(ctx, run, metav1.CreateOptions{FieldManager: api.FieldManager})
 	if apierrors.IsAlreadyExists(err) {
@@ -77,8 +98,8 @@ func (s *Starter) Start(ctx context.Context, namespace, stage, collection, name 
 	return []latch.Run{RunFrom(made)}, true, nil
 }
 
-// build reads what the run is built from, live, and builds it.
-func (s *Starter) build(ctx context.Context, namespace, stage, collection, name string) (*unstructured.Unstructured, error) {
+// source reads the Stage live: what its run is built from.
+func (s *Starter) source(ctx context.Context, namespace, stage, collection string) (*Source, error) {
 	live, err := s.Dynamic.Resource(kargo.StagesResource).Namespace(namespace).Get(ctx, stage, metav1.GetOptions{})
 	if err != nil {
 		return nil, fmt.Errorf("reading Stage %s/%s: %w", namespace, stage, err)
@@ -90,24 +111,40 @@ func (s *Starter) build(ctx context.Context, namespace, stage, collection, name 
 	if src.Collection.ID != collection {
 		return nil, fmt.Errorf("stage %s/%s now shows Freight collection %q, not %q: judging again", namespace, stage, src.Collection.ID, collection)
 	}
+	return src, nil
+}
+
+// build reads, live and side by side, what the Stage names (its
+// templates, its Freight, the Warehouses it requests from), and builds the
+// run.
+func (s *Starter) build(ctx context.Context, namespace string, src *Source, name string) (*unstructured.Unstructured, error) {
 	in := Input{Source: src, Name: name, InstanceID: s.InstanceID,
-		Templates: map[TemplateRef]*unstructured.Unstructured{}, Warehouses: map[string]*unstructured.Unstructured{}}
-	for _, ref := range src.Templates {
-		t, err := s.template(ctx, namespace, ref)
-		if err != nil {
-			return nil, err
-		}
-		in.Templates[ref] = t
+		Templates: map[TemplateRef]*unstructured.Unstructured{}, Warehouses: map[string]*unstructured.Unstructured{},
+		Freight: make([]*unstructured.Unstructured, len(src.Collection.Freight))}
+	templates := make([]*unstructured.Unstructured, len(src.Templates))
+	reads, readCtx := errgroup.WithContext(ctx)
+	for i, ref := range src.Templates {
+		reads.Go(func() (err error) {
+			templates[i], err = s.template(readCtx, namespace, ref)
+			return err
+		})
 	}
-	for _, f := range src.Collection.Freight {
-		u, err := s.Dynamic.Resource(kargo.FreightsResource).Namespace(namespace).Get(ctx, f.Name, metav1.GetOptions{})
-		if err != nil {
-			return nil, fmt.Errorf("reading Freight %s/%s: %w", namespace, f.Name, err)
-		}
-		in.Freight = append(in.Freight, u)
+	for i, f := range src.Collection.Freight {
+		reads.Go(func() error {
+			u, err := s.Dynamic.Resource(kargo.FreightsResource).Namespace(namespace).Get(readCtx, f.Name, metav1.GetOptions{})
+			if err != nil {
+				return fmt.Errorf("reading Freight %s/%s: %w", namespace, f.Name, err)
+			}
+			in.Freight[i] = u
+			return nil
+		})
 	}
-	if err := s.warehouses(ctx, namespace, src, in.Warehouses); err != nil {
+	reads.Go(func() error { return s.warehouses(readCtx, namespace, src, in.Warehouses) })
+	if err := reads.Wait(); err != nil {
 		return nil, err
+	}
+	for i, ref := range src.Templates {
+		in.Templates[ref] = templates[i]
 	}
 	return Build(in)
 }
