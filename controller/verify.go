@@ -108,7 +108,7 @@ func (c *Controller) observeRuns(ctx context.Context, s *snapshot) error {
 
 // startVerification makes the run a plan asks for, and judges again with
 // it. Like a failure's pause, it is made from a judgement of the Stage as
-// the API server has it; then Kargo's own lookup is played first, live:
+// the API server has it; Kargo's own lookup is played with the live reads:
 // a run that Kargo (or this operator, before a crash) made for the
 // Freight collection is followed, never doubled. A run kargo-latch cannot
 // build exactly as Kargo would is refused with a Warning, and the sync goes

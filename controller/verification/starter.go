@@ -61,8 +61,8 @@ func (s *Starter) Lookup(ctx context.Context, namespace, stage, collection strin
 // lookup, then what the Stage names (its templates, its Freight, the
 // Warehouses it requests from). Kargo could still make its own run between
 // the lookup and the create, as it could between any lookup and create;
-// its next pass then finds both, and kargo-latch follows Kargo's
-// (latch.runFor takes the newest).
+// Kargo then follows its own, and so does kargo-latch, since a
+// verification in Kargo's status wins (latch.beginAnalysis).
 func (s *Starter) Start(ctx context.Context, namespace, stage, collection, name string) (runs []latch.Run, created bool, err error) {
 	var (
 		src   *Source
