@@ -165,3 +165,31 @@ func urgentWaits(t *testing.T, f *fixture) uint64 {
 	}
 	return 0
 }
+
+// A run kargo-latch started that has just ended Failed, Error or
+// Inconclusive fails its cycle: its Stage is urgent. Any other change of a
+// run is not.
+func TestRunThatJustFailedIsUrgent(t *testing.T) {
+	run := func(phase string) *unstructured.Unstructured {
+		return &unstructured.Unstructured{Object: map[string]any{
+			"metadata": map[string]any{"name": "r", "namespace": "p"},
+			"status":   map[string]any{"phase": phase},
+		}}
+	}
+	for _, tc := range []struct {
+		from, to string
+		urgent   bool
+	}{
+		{"Running", "Failed", true},
+		{"Running", "Error", true},
+		{"Running", "Inconclusive", true},
+		{"", "Failed", true},
+		{"Running", "Successful", false},
+		{"", "Running", false},
+		{"Failed", "Failed", false},
+	} {
+		if got := runFailedNow(run(tc.from), run(tc.to)); got != tc.urgent {
+			t.Errorf("%q → %q: runFailedNow = %v, want %v", tc.from, tc.to, got, tc.urgent)
+		}
+	}
+}

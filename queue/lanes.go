@@ -90,6 +90,17 @@ func (l *Lanes) MarkDueIn(key cache.ObjectName, d time.Duration) {
 	}
 }
 
+// Remark marks key urgent again, as of since: an urgent sync that failed
+// keeps its place for the retry.
+func (l *Lanes) Remark(key cache.ObjectName, since time.Time) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if at, ok := l.marked[key]; !ok || since.Before(at) {
+		l.marked[key] = since
+	}
+	l.promote(key)
+}
+
 // Take reports when key, just handed out, became urgent, if it was; the
 // mark is spent.
 func (l *Lanes) Take(key cache.ObjectName) (since time.Time, urgent bool) {
@@ -149,7 +160,9 @@ func (l *Lanes) Pop() cache.ObjectName {
 	if since, urgent := l.urgentSince(e.key); urgent {
 		l.handed[e.key] = since
 		delete(l.marked, e.key)
-		delete(l.due, e.key)
+		if at, ok := l.due[e.key]; ok && !at.After(l.clock.Now()) {
+			delete(l.due, e.key) // a due time still ahead stays for its timed add
+		}
 	}
 	return e.key
 }

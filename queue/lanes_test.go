@@ -2,15 +2,18 @@ package queue
 
 import (
 	"context"
+	"errors"
 	"math/rand/v2"
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/google/go-cmp/cmp"
 	"k8s.io/client-go/tools/cache"
+	"k8s.io/utils/clock"
 	clocktesting "k8s.io/utils/clock/testing"
 )
 
@@ -231,4 +234,55 @@ func countQueued(waiting, processing map[cache.ObjectName]bool) int {
 		}
 	}
 	return n
+}
+
+// An urgent sync that fails keeps its place: its retry is handed out
+// before the plain keys that were waiting all along.
+func TestFailedUrgentSyncKeepsItsPlace(t *testing.T) {
+	q, lanes := NewWithLanes("", nil, clock.RealClock{})
+	failing := cache.NewObjectName("p", "failing")
+	var mu sync.Mutex
+	var order []string
+	attempts := 0
+	handled := make(chan struct{}, 16)
+	w := &Worker{Queue: q, Lanes: lanes, MaxRetries: 3, Sync: func(_ context.Context, key cache.ObjectName) (time.Duration, error) {
+		mu.Lock()
+		order = append(order, key.Name)
+		retry := key == failing && attempts == 0
+		if key == failing {
+			attempts++
+		}
+		mu.Unlock()
+		// Each plain sync takes a while, as a Stage's write does, so that
+		// the retry's backoff ends while plain keys still wait.
+		if key != failing {
+			time.Sleep(20 * time.Millisecond)
+		}
+		handled <- struct{}{}
+		if retry {
+			return 0, errors.New("conflict")
+		}
+		return 0, nil
+	}}
+	for _, key := range names("a", "b", "c", "d", "e") {
+		q.Add(key)
+	}
+	lanes.Mark(failing)
+	q.Add(failing)
+	ctx, cancel := context.WithCancel(context.Background())
+	stopped := make(chan struct{})
+	go func() { w.Run(ctx, 1); close(stopped) }()
+	defer func() { cancel(); <-stopped }()
+	for range 7 {
+		select {
+		case <-handled:
+		case <-time.After(10 * time.Second):
+			t.Fatal("the queue stalled")
+		}
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if i := slices.Index(order[1:], "failing"); order[0] != "failing" || i < 0 || i > 1 {
+		t.Errorf("order %v: want the failing key first, and its retry right after the plain sync that was running", order)
+	}
 }

@@ -137,9 +137,11 @@ func (w *Worker) processNext(ctx context.Context) bool {
 		return false
 	}
 
+	var urgentSince time.Time
+	urgent := false
 	if w.Lanes != nil {
-		if at, urgent := w.Lanes.Take(key); urgent {
-			ctx = context.WithValue(ctx, urgentKey{}, at)
+		if urgentSince, urgent = w.Lanes.Take(key); urgent {
+			ctx = context.WithValue(ctx, urgentKey{}, urgentSince)
 		}
 	}
 	after, err := w.syncSafely(ctx, key)
@@ -158,6 +160,9 @@ func (w *Worker) processNext(ctx context.Context) bool {
 		}
 	case w.Queue.NumRequeues(key) < w.MaxRetries:
 		w.report(key, err)
+		if urgent {
+			w.Lanes.Remark(key, urgentSince) // its retry keeps its place
+		}
 		w.Queue.AddRateLimited(key)
 	default:
 		w.report(key, fmt.Errorf("%w after %d retries: %w", ErrDropped, w.MaxRetries, err))

@@ -5,8 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"sync"
 
-	"golang.org/x/sync/errgroup"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -50,42 +50,41 @@ func (s *Starter) Lookup(ctx context.Context, namespace, stage, collection strin
 // Start builds the run of a Stage's current Freight collection exactly as
 // Kargo would and creates it, unless Kargo's own lookup finds runs of the
 // collection already (Kargo's, or this cycle's own): those are returned
-// instead, to be followed. A run already at the name is this cycle's own,
-// made before a crash, only if it carries kargo-latch's marker and this
-// Stage's and collection's labels; anything else there is refused
-// (*Unsupported), never adopted. created says whether this call made the
-// run.
+// instead, to be followed, whatever kept the run from being built. A run
+// already at the name is this cycle's own, made before a crash, only if it
+// carries kargo-latch's marker and this Stage's and collection's labels;
+// anything else there is refused (*Unsupported), never adopted. created
+// says whether this call made the run.
 //
-// The reads run side by side, so that a run takes two round trips before
-// its create rather than one per object: first the Stage and Kargo's
-// lookup, then what the Stage names (its templates, its Freight, the
-// Warehouses it requests from). Kargo could still make its own run between
-// the lookup and the create, as it could between any lookup and create;
-// Kargo then follows its own, and so does kargo-latch, since a
-// verification in Kargo's status wins (latch.beginAnalysis).
+// It reads the Stage first, then, side by side, Kargo's lookup and what the
+// Stage names (its templates, its Freight, the Warehouses it requests
+// from): two round trips before the create, not one per object, and the
+// lookup is as close to the create as Kargo's own is. Kargo could still
+// make a run between the two, as it could between its own lookup and
+// create; Kargo then follows its own run, and so does kargo-latch, which
+// terminates the one it made (latch.beginAnalysis, terminateStrayRuns).
 func (s *Starter) Start(ctx context.Context, namespace, stage, collection, name string) (runs []latch.Run, created bool, err error) {
-	var (
-		src   *Source
-		found []latch.Run
-	)
-	first, firstCtx := errgroup.WithContext(ctx)
-	first.Go(func() (err error) {
-		src, err = s.source(firstCtx, namespace, stage, collection)
-		return err
-	})
-	first.Go(func() (err error) {
-		found, err = s.Lookup(firstCtx, namespace, stage, collection)
-		return err
-	})
-	if err := first.Wait(); err != nil {
+	src, err := s.source(ctx, namespace, stage, collection)
+	if err != nil {
 		return nil, false, err
+	}
+	var (
+		found               []latch.Run
+		run                 *unstructured.Unstructured
+		lookupErr, buildErr error
+		reads               sync.WaitGroup
+	)
+	reads.Go(func() { found, lookupErr = s.Lookup(ctx, namespace, stage, collection) })
+	reads.Go(func() { run, buildErr = s.build(ctx, namespace, src, name) })
+	reads.Wait()
+	if lookupErr != nil {
+		return nil, false, lookupErr
 	}
 	if slices.ContainsFunc(found, func(r latch.Run) bool { return !r.Ours || r.Name == name }) {
 		return found, false, nil
 	}
-	run, err := s.build(ctx, namespace, src, name)
-	if err != nil {
-		return nil, false, err
+	if buildErr != nil {
+		return nil, false, buildErr
 	}
 	made, err := s.Dynamic.Resource(AnalysisRunsResource).Namespace(namespace).Create(ctx, run, metav1.CreateOptions{FieldManager: api.FieldManager})
 	if apierrors.IsAlreadyExists(err) {
@@ -116,37 +115,68 @@ func (s *Starter) source(ctx context.Context, namespace, stage, collection strin
 
 // build reads, live and side by side, what the Stage names (its
 // templates, its Freight, the Warehouses it requests from), and builds the
-// run.
+// run. Of several failed reads, what kargo-latch cannot build (*Unsupported)
+// is reported first, so that the outcome does not depend on which read
+// ended first.
 func (s *Starter) build(ctx context.Context, namespace string, src *Source, name string) (*unstructured.Unstructured, error) {
-	in := Input{Source: src, Name: name, InstanceID: s.InstanceID,
-		Templates: map[TemplateRef]*unstructured.Unstructured{}, Warehouses: map[string]*unstructured.Unstructured{},
-		Freight: make([]*unstructured.Unstructured, len(src.Collection.Freight))}
+	var warehouseNames []string
+	for _, o := range src.RequestedFreight {
+		if o.Kind == "Warehouse" {
+			warehouseNames = append(warehouseNames, o.Name)
+		}
+	}
 	templates := make([]*unstructured.Unstructured, len(src.Templates))
-	reads, readCtx := errgroup.WithContext(ctx)
+	freight := make([]*unstructured.Unstructured, len(src.Collection.Freight))
+	warehouses := make([]*unstructured.Unstructured, len(warehouseNames))
+	errs := make([]error, len(templates)+len(freight)+len(warehouses))
+	var reads sync.WaitGroup
 	for i, ref := range src.Templates {
-		reads.Go(func() (err error) {
-			templates[i], err = s.template(readCtx, namespace, ref)
-			return err
-		})
+		reads.Go(func() { templates[i], errs[i] = s.template(ctx, namespace, ref) })
 	}
 	for i, f := range src.Collection.Freight {
-		reads.Go(func() error {
-			u, err := s.Dynamic.Resource(kargo.FreightsResource).Namespace(namespace).Get(readCtx, f.Name, metav1.GetOptions{})
-			if err != nil {
-				return fmt.Errorf("reading Freight %s/%s: %w", namespace, f.Name, err)
-			}
-			in.Freight[i] = u
-			return nil
-		})
+		reads.Go(func() { freight[i], errs[len(templates)+i] = s.freight(ctx, namespace, f.Name) })
 	}
-	reads.Go(func() error { return s.warehouses(readCtx, namespace, src, in.Warehouses) })
-	if err := reads.Wait(); err != nil {
+	for i, w := range warehouseNames {
+		reads.Go(func() { warehouses[i], errs[len(templates)+len(freight)+i] = s.warehouse(ctx, namespace, w) })
+	}
+	reads.Wait()
+	if err := mostTelling(errs); err != nil {
 		return nil, err
 	}
+	in := Input{Source: src, Name: name, InstanceID: s.InstanceID, Freight: freight,
+		Templates: map[TemplateRef]*unstructured.Unstructured{}, Warehouses: map[string]*unstructured.Unstructured{}}
 	for i, ref := range src.Templates {
 		in.Templates[ref] = templates[i]
 	}
+	for i, w := range warehouseNames {
+		if warehouses[i] != nil {
+			in.Warehouses[w] = warehouses[i]
+		}
+	}
 	return Build(in)
+}
+
+// mostTelling is the first *Unsupported of errs, else the first error.
+func mostTelling(errs []error) error {
+	for _, err := range errs {
+		if _, unsupported := IsUnsupported(err); unsupported {
+			return err
+		}
+	}
+	for _, err := range errs {
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (s *Starter) freight(ctx context.Context, namespace, name string) (*unstructured.Unstructured, error) {
+	u, err := s.Dynamic.Resource(kargo.FreightsResource).Namespace(namespace).Get(ctx, name, metav1.GetOptions{})
+	if err != nil {
+		return nil, fmt.Errorf("reading Freight %s/%s: %w", namespace, name, err)
+	}
+	return u, nil
 }
 
 // existing adopts the run at a cycle's name when it is the cycle's own.
@@ -179,25 +209,19 @@ func (s *Starter) template(ctx context.Context, namespace string, ref TemplateRe
 	return t, nil
 }
 
-// warehouses reads the Warehouses the Stage requests Freight from: Kargo
-// reads them to resolve imageFrom, commitFrom and chartFrom called without
-// an origin. One that is gone is left out: only such a call needs it, and
-// the build then refuses it.
-func (s *Starter) warehouses(ctx context.Context, namespace string, src *Source, into map[string]*unstructured.Unstructured) error {
-	for _, o := range src.RequestedFreight {
-		if o.Kind != "Warehouse" {
-			continue
-		}
-		w, err := s.Dynamic.Resource(kargo.WarehousesResource).Namespace(namespace).Get(ctx, o.Name, metav1.GetOptions{})
-		if apierrors.IsNotFound(err) {
-			continue
-		}
-		if err != nil {
-			return fmt.Errorf("reading Warehouse %s/%s: %w", namespace, o.Name, err)
-		}
-		into[o.Name] = w
+// warehouse reads a Warehouse the Stage requests Freight from: Kargo reads
+// them to resolve imageFrom, commitFrom and chartFrom called without an
+// origin. One that is gone is left out (nil): only such a call needs it,
+// and the build then refuses it.
+func (s *Starter) warehouse(ctx context.Context, namespace, name string) (*unstructured.Unstructured, error) {
+	w, err := s.Dynamic.Resource(kargo.WarehousesResource).Namespace(namespace).Get(ctx, name, metav1.GetOptions{})
+	if apierrors.IsNotFound(err) {
+		return nil, nil
 	}
-	return nil
+	if err != nil {
+		return nil, fmt.Errorf("reading Warehouse %s/%s: %w", namespace, name, err)
+	}
+	return w, nil
 }
 
 // Get reads a run from the API server; found is false when it is gone.

@@ -25,8 +25,9 @@ func WithUpstream(stages ...string) StageOption {
 	}
 }
 
-// AvailableTo applies Kargo's availability rule (pkg/api/stage.go; the
-// facts document §7.7) to one Freight and Stage: the Freight is offered to
+// AvailableTo plays Kargo's availability rule, as the facts document gives
+// it from Kargo's source (pkg/api/stage.go; §7.7), for one Freight and
+// Stage: the Freight is offered to
 // the Stage when it is approved for it, or comes from a Warehouse the Stage
 // requests directly, or is verified in the upstream Stages it is requested
 // from: in one of them, or in all with availabilityStrategy All. Soak time

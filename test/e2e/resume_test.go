@@ -207,7 +207,7 @@ var (
 func TestOperatorMayOnlyReleaseItsFinalizer(t *testing.T) {
 	t.Parallel()
 	ns := env.newProject(t)
-	asOperator := dynamic.NewForConfigOrDie(config)
+	asOperator := dynamic.NewForConfigOrDie(env.operator)
 	pauses := func(c dynamic.Interface) dynamic.ResourceInterface {
 		return c.Resource(v1alpha1.StagePausesResource).Namespace(ns)
 	}

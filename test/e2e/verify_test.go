@@ -19,7 +19,8 @@ import (
 // latches, starts exactly one AnalysisRun in Kargo's shape, the real Argo
 // Rollouts controller runs it to Successful, and the Freight is marked
 // verified at the run's finish, so that the next Stage (uat, which
-// requests its Freight from test) is offered it by Kargo's availability rule.
+// requests its Freight from test) is offered it, by Kargo's availability
+// rule as the facts document gives it (played by the driver).
 // A later Healthy pass of Kargo adopts that run instead of starting one.
 func TestVerifyOnLatchUnderFlapping(t *testing.T) {
 	t.Parallel()
@@ -33,8 +34,8 @@ func TestVerifyOnLatchUnderFlapping(t *testing.T) {
 
 	freight := promote(t, s)
 	flapUntilLatched(t, s)
-	if ok, why, err := env.kargo.AvailableTo(ctx, ns, "uat", freight); err != nil || ok {
-		t.Fatalf("uat was offered the Freight before any analysis ended (%s, %v)", why, err)
+	if ok, why, err := env.kargo.AvailableTo(ctx, ns, "uat", freight); err != nil || ok || why != "not verified in "+s.Name {
+		t.Fatalf("uat before any analysis ended: offered %v (%s, %v); want not offered, for want of a verification in %s", ok, why, err, s.Name)
 	}
 	r := waitAnalysis(t, s, "the analysis to succeed", func(a *latch.Analysis) bool { return a.Phase == latch.VerificationSuccessful })
 	run := assertOneOwnRun(t, s, freight)
@@ -308,7 +309,8 @@ func TestVerifyOnLatchRunMadeButNotRecordedIsAdopted(t *testing.T) {
 	env.rollouts(t)
 	ns := env.newProject(t)
 	metric := metricServer(t)
-	op := newProcessAs(t, env.verifier, "--namespace", ns, "--enable-verify-on-latch", "--verify-grace", "8s",
+	// The grace leaves time to put the denial in force after the latch.
+	op := newProcessAs(t, env.verifier, "--namespace", ns, "--enable-verify-on-latch", "--verify-grace", "30s",
 		"--latch-deadline", "1m", "--health-probe-bind-address", "0", "--metrics-bind-address", "0", "-v", "2")
 	op.start()
 	s := env.createStage(t, ns, "test", verifyOnLatch, appsAB, webCheck(t, ns, metric, 1, ""))
