@@ -111,14 +111,14 @@ func installManifests(c *cluster.Cluster) ([]*unstructured.Unstructured, error) 
 }
 
 // setUp creates the Stages and lets the operator latch them all.
-func (b *bench) setUp(ctx context.Context) ([]row, error) {
+func (b *bench) setUp(ctx context.Context) error {
 	say("creating %d busy Stages (status as Kargo keeps it, %d Apps each) and %d small ones", b.o.stages, driver.BusyApps, b.o.wide)
 	var err error
 	if b.busy, err = b.createStages(ctx, busyNS, b.o.stages, true); err != nil {
-		return nil, err
+		return err
 	}
 	if b.wide, err = b.createStages(ctx, wideNS, b.o.wide, false); err != nil {
-		return nil, err
+		return err
 	}
 	if one, err := b.busy[0].Get(ctx); err == nil {
 		if body, err := one.MarshalJSON(); err == nil {
@@ -131,11 +131,11 @@ func (b *bench) setUp(ctx context.Context) ([]row, error) {
 	b.sayEtcdSize()
 	if b.o.promotions > 0 {
 		if err := b.createPromotions(ctx); err != nil {
-			return nil, err
+			return err
 		}
 	}
 	if err := b.startOperators(); err != nil {
-		return nil, err
+		return err
 	}
 	// The operator stores a first record on every Stage, at its QPS, on a
 	// machine the apiserver already saturates: allow for the scale.
@@ -151,16 +151,16 @@ func (b *bench) setUp(ctx context.Context) ([]row, error) {
 		exited = b.exited()
 		return exited != nil || w.latched[busyNS] == b.o.stages && w.latched[wideNS] == b.o.wide
 	}); err != nil {
-		return nil, err
+		return err
 	}
 	if exited != nil {
-		return nil, exitError(exited)
+		return exitError(exited)
 	}
 	b.watcher.mu.Lock()
 	record := b.watcher.state[busyNS+"/"+b.busy[0].Name]
 	b.watcher.mu.Unlock()
 	say("one busy Stage's record (%s) is %d bytes", api.StateAnnotation, len(record))
-	return nil, nil
+	return nil
 }
 
 func (b *bench) createStages(ctx context.Context, ns string, n int, busy bool) ([]*driver.Stage, error) {

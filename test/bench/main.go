@@ -94,10 +94,10 @@ func run(ctx context.Context, o options) error {
 		return err
 	}
 	defer b.stopOperators()
-	rows, err := b.setUp(ctx)
-	if err != nil {
+	if err := b.setUp(ctx); err != nil {
 		return err
 	}
+	var rows []row
 	phases := []struct {
 		name string
 		run  func(context.Context) ([]row, error)
