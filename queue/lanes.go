@@ -84,21 +84,33 @@ func (l *Lanes) Mark(key cache.ObjectName) {
 func (l *Lanes) MarkDueIn(key cache.ObjectName, d time.Duration) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	at := l.clock.Now().Add(d)
-	if was, ok := l.due[key]; !ok || at.Before(was) {
+	now := l.clock.Now()
+	at := now.Add(d)
+	// An earlier due time still ahead stands; one already past has been
+	// served by a hand-out (or is about to be) and gives way.
+	if was, ok := l.due[key]; !ok || at.Before(was) || !was.After(now) {
 		l.due[key] = at
 	}
 }
 
-// Remark marks key urgent again, as of since: an urgent sync that failed
-// keeps its place for the retry.
-func (l *Lanes) Remark(key cache.ObjectName, since time.Time) {
+// Remark marks key urgent again for its retry: an urgent sync that failed
+// keeps its place. The retry's urgency counts from when it is queued, not
+// from the first mark, so that the wait measured is the queue's, not the
+// backoff's.
+func (l *Lanes) Remark(key cache.ObjectName) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if at, ok := l.marked[key]; !ok || since.Before(at) {
-		l.marked[key] = since
+	if _, ok := l.marked[key]; !ok {
+		l.marked[key] = time.Time{} // stamped when queued (stamp)
 	}
 	l.promote(key)
+}
+
+// stamp gives a key re-marked by Remark the time it is queued at.
+func (l *Lanes) stamp(key cache.ObjectName) {
+	if at, ok := l.marked[key]; ok && at.IsZero() {
+		l.marked[key] = l.clock.Now()
+	}
 }
 
 // Take reports when key, just handed out, became urgent, if it was; the
@@ -126,6 +138,7 @@ func (l *Lanes) Push(key cache.ObjectName) {
 	which := plainLane
 	if _, urgent := l.urgentSince(key); urgent {
 		which = urgentLane
+		l.stamp(key)
 	}
 	l.enqueue(key, which)
 }
@@ -183,6 +196,7 @@ func (l *Lanes) promote(key cache.ObjectName) {
 	if e, queued := l.in[key]; queued && e.lane == plainLane {
 		if _, urgent := l.urgentSince(key); urgent {
 			l.queued[plainLane]--
+			l.stamp(key)
 			l.enqueue(key, urgentLane)
 		}
 	}

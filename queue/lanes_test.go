@@ -253,10 +253,14 @@ func TestFailedUrgentSyncKeepsItsPlace(t *testing.T) {
 			attempts++
 		}
 		mu.Unlock()
-		// Each plain sync takes a while, as a Stage's write does, so that
-		// the retry's backoff ends while plain keys still wait.
-		if key != failing {
-			time.Sleep(20 * time.Millisecond)
+		// The first plain sync lasts until the retry is queued (its backoff
+		// over), as a Stage's write can, so that the retry and the plain
+		// keys wait together.
+		if key.Name == "a" {
+			deadline := time.Now().Add(10 * time.Second)
+			for q.Len() < 5 && time.Now().Before(deadline) {
+				time.Sleep(time.Millisecond)
+			}
 		}
 		handled <- struct{}{}
 		if retry {
@@ -284,5 +288,28 @@ func TestFailedUrgentSyncKeepsItsPlace(t *testing.T) {
 	defer mu.Unlock()
 	if i := slices.Index(order[1:], "failing"); order[0] != "failing" || i < 0 || i > 1 {
 		t.Errorf("order %v: want the failing key first, and its retry right after the plain sync that was running", order)
+	}
+}
+
+// A due time that has passed gives way to the next one: a sync handed out
+// for a mark, before its transition fell due, asks again for a later one,
+// and an event before that later time is not urgent.
+func TestPassedDueTimeGivesWay(t *testing.T) {
+	clk := clocktesting.NewFakeClock(time.Unix(1000, 0))
+	q, lanes := NewWithLanes("", nil, clk)
+	defer q.ShutDown()
+	k := names("a", "b")
+	lanes.MarkDueIn(k[0], 10*time.Second)
+	lanes.Mark(k[0])
+	q.Add(k[0])
+	key, _ := q.Get()
+	lanes.Take(key)
+	clk.Step(20 * time.Second) // the first due time passes while it syncs
+	lanes.MarkDueIn(k[0], 10*time.Second)
+	q.Done(key)
+	q.Add(k[1])
+	q.Add(k[0]) // an event before the new due time: plain
+	if diff := cmp.Diff(names("b", "a"), drain(t, q)); diff != "" {
+		t.Errorf("order (-want +got):\n%s", diff)
 	}
 }

@@ -137,11 +137,11 @@ func (w *Worker) processNext(ctx context.Context) bool {
 		return false
 	}
 
-	var urgentSince time.Time
 	urgent := false
 	if w.Lanes != nil {
-		if urgentSince, urgent = w.Lanes.Take(key); urgent {
-			ctx = context.WithValue(ctx, urgentKey{}, urgentSince)
+		var since time.Time
+		if since, urgent = w.Lanes.Take(key); urgent {
+			ctx = context.WithValue(ctx, urgentKey{}, since)
 		}
 	}
 	after, err := w.syncSafely(ctx, key)
@@ -161,7 +161,7 @@ func (w *Worker) processNext(ctx context.Context) bool {
 	case w.Queue.NumRequeues(key) < w.MaxRetries:
 		w.report(key, err)
 		if urgent {
-			w.Lanes.Remark(key, urgentSince) // its retry keeps its place
+			w.Lanes.Remark(key) // its retry keeps its place
 		}
 		w.Queue.AddRateLimited(key)
 	default:

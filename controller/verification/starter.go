@@ -50,19 +50,20 @@ func (s *Starter) Lookup(ctx context.Context, namespace, stage, collection strin
 // Start builds the run of a Stage's current Freight collection exactly as
 // Kargo would and creates it, unless Kargo's own lookup finds runs of the
 // collection already (Kargo's, or this cycle's own): those are returned
-// instead, to be followed, whatever kept the run from being built. A run
-// already at the name is this cycle's own, made before a crash, only if it
-// carries kargo-latch's marker and this Stage's and collection's labels;
-// anything else there is refused (*Unsupported), never adopted. created
-// says whether this call made the run.
+// instead, to be followed, whatever the reads of the templates, Freight and
+// Warehouses found. A run already at the name is this cycle's own, made
+// before a crash, only if it carries kargo-latch's marker and this Stage's
+// and collection's labels; anything else there is refused (*Unsupported),
+// never adopted. created says whether this call made the run.
 //
 // It reads the Stage first, then, side by side, Kargo's lookup and what the
 // Stage names (its templates, its Freight, the Warehouses it requests
-// from): two round trips before the create, not one per object, and the
-// lookup is as close to the create as Kargo's own is. Kargo could still
-// make a run between the two, as it could between its own lookup and
-// create; Kargo then follows its own run, and so does kargo-latch, which
-// terminates the one it made (latch.beginAnalysis, terminateStrayRuns).
+// from): two round trips before the create, not one per object. Between
+// the lookup and the create lie the slowest of those reads and the build.
+// Kargo could make a run of its own in that gap, as it could between its
+// own lookup and create; Kargo then follows its own run, and so does
+// kargo-latch, which yields to a verification in Kargo's status and
+// terminates the run it made (latch.verify, terminateStrayRuns).
 func (s *Starter) Start(ctx context.Context, namespace, stage, collection, name string) (runs []latch.Run, created bool, err error) {
 	src, err := s.source(ctx, namespace, stage, collection)
 	if err != nil {

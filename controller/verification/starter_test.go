@@ -89,12 +89,17 @@ metadata:
 // retried at once.
 func TestStartReportsWhatCannotBeBuiltFirst(t *testing.T) {
 	c := starterWorld(t)
-	if err := c.Resource(AnalysisTemplatesResource).Namespace("demo").Delete(context.Background(), "web-check", metav1.DeleteOptions{}); err != nil {
+	// The first read fails for a reason retried at once; a later one finds
+	// a template missing.
+	c.PrependReactor("get", "analysistemplates", func(a k8stesting.Action) (bool, runtime.Object, error) {
+		if a.(k8stesting.GetAction).GetName() == "web-check" {
+			return true, nil, apierrors.NewInternalError(errors.New("etcd is away"))
+		}
+		return false, nil, nil
+	})
+	if err := c.Resource(AnalysisTemplatesResource).Namespace("demo").Delete(context.Background(), "error-rate", metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	c.PrependReactor("get", "freights", func(k8stesting.Action) (bool, runtime.Object, error) {
-		return true, nil, apierrors.NewInternalError(errors.New("etcd is away"))
-	})
 	for range 20 {
 		_, created, err := (&Starter{Dynamic: c}).Start(context.Background(), "demo", "test", collectionID, fullInput(t).Name)
 		if created || reasonOf(t, err) != "TemplateMissing" {

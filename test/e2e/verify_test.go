@@ -310,7 +310,7 @@ func TestVerifyOnLatchRunMadeButNotRecordedIsAdopted(t *testing.T) {
 	ns := env.newProject(t)
 	metric := metricServer(t)
 	// The grace leaves time to put the denial in force after the latch.
-	op := newProcessAs(t, env.verifier, "--namespace", ns, "--enable-verify-on-latch", "--verify-grace", "30s",
+	op := newProcessAs(t, env.verifier, "--namespace", ns, "--enable-verify-on-latch", "--verify-grace", "15s",
 		"--latch-deadline", "1m", "--health-probe-bind-address", "0", "--metrics-bind-address", "0", "-v", "2")
 	op.start()
 	s := env.createStage(t, ns, "test", verifyOnLatch, appsAB, webCheck(t, ns, metric, 1, ""))
