@@ -126,17 +126,36 @@ func TestHelmInstallPausesAStage(t *testing.T) {
 	}
 	gate := release + "-pause-gate"
 	var refused error
-	waitFor(t, "the chart's pause gate to refuse Kargo's auto-promotion", func() bool {
+	// The shipped gate of the tests' default install refuses an actor-less
+	// Promotion by its shape too, and admission names either: either
+	// refusal will do here.
+	waitFor(t, "the pause gates to refuse Kargo's auto-promotion", func() bool {
 		_, refused = driver.CreatePromotion(ctx, asKargo, project, "prod", "")
-		return deniedBy(refused, gate)
+		return apierrors.IsForbidden(refused) && strings.Contains(refused.Error(), "paused by StagePause")
 	})
 	if !strings.Contains(refused.Error(), pauses[0].GetName()) {
 		t.Errorf("the gate's denial %q does not name the pause %s", refused, pauses[0].GetName())
 	}
+	// The chart's gate alone names the chart's Kargo controller: given the
+	// right to update the ProjectConfig, which passes the shipped gate, its
+	// PromotionRequest is refused by the chart's gate, which shows it in
+	// force.
+	rights := cluster.BindUser("e2e-"+project+"-controller-projectconfigs", "e2e-projectconfig-editor", "system:serviceaccount:"+releaseNS+":kargo-controller")
+	rights.SetKind("RoleBinding")
+	rights.SetNamespace(project)
+	must(t, applyObjects([]*unstructured.Unstructured{rights}))
+	waitFor(t, "the chart's pause gate to refuse its Kargo controller's PromotionRequest", func() bool {
+		_, err := driver.CreatePromotionRequest(ctx, dryRunAs(kargoController), project, "prod")
+		if err == nil {
+			t.Fatalf("the chart's Kargo controller's PromotionRequest for the paused Stage passed")
+		}
+		return deniedBy(err, gate)
+	})
 	shard, err := env.cluster.ServiceAccountConfig(ctx, releaseNS, "kargo-shard-eu")
 	must(t, err)
-	if _, err := driver.CreatePromotion(ctx, dynamic.NewForConfigOrDie(shard), project, "prod", ""); !deniedBy(err, gate) {
-		t.Errorf("the shard's auto-promotion to the paused Stage: %v, want refused by %s", err, gate)
+	// Refused by its shape, by either gate.
+	if _, err := driver.CreatePromotion(ctx, dynamic.NewForConfigOrDie(shard), project, "prod", ""); !apierrors.IsForbidden(err) || !strings.Contains(err.Error(), "paused by StagePause") {
+		t.Errorf("the shard's auto-promotion to the paused Stage: %v, want refused naming the pause", err)
 	}
 	// The requester mark is opt-in: a cluster-wide mutating policy would
 	// refuse Promotions with 503 for a moment after the API server starts.
