@@ -26,18 +26,19 @@ func (c *Controller) updateStage(oldObj, newObj any) {
 	if ok1 && ok2 && o.ResourceVersion != n.ResourceVersion && sameView(o, n) {
 		return
 	}
-	if ok1 && ok2 && showsNewFailure(o, n) {
-		if key, err := cache.DeletionHandlingObjectToName(newObj); err == nil {
-			c.enqueueUrgent(key)
-			return
-		}
+	key, err := cache.DeletionHandlingObjectToName(newObj)
+	if err != nil {
+		return
 	}
-	c.enqueueStage(newObj)
+	if ok1 && ok2 && showsNewFailure(o, n) {
+		c.enqueueUrgent(key)
+		return
+	}
+	c.enqueue(key)
 }
 
-// failure is what a Stage's status shows that fails its cycle at once
-// (latch/failure.go): a last promotion that failed or errored, a
-// verification that failed or errored (not one a person aborted). Health is
+// failure is what a Stage's status shows that fails its cycle at once, as
+// the latch judges it: a last promotion, or Kargo's verification. Health is
 // left out: an Unhealthy Stage fails only after the degraded grace, whose
 // end comes back as a due requeue (queue.Worker), and Kargo reports Unknown
 // during every promotion. It only orders the queue; the latch judges the
@@ -51,16 +52,11 @@ func failureOf(s *kargo.Stage) failure {
 	if st == nil {
 		return f
 	}
-	if lp := st.LastPromotion; lp != nil {
-		if p := latch.PromotionPhase(lp.Phase); p == latch.PromotionFailed || p == latch.PromotionErrored {
-			f.promotion = lp.Name + "\x00" + lp.Phase
-		}
+	if lp := st.LastPromotion; lp != nil && latch.PromotionPhase(lp.Phase).FailsCycle() {
+		f.promotion = lp.Name + "\x00" + lp.Phase
 	}
-	if v := st.Verification; v != nil {
-		switch p := latch.VerificationPhase(v.Phase); {
-		case p == latch.VerificationFailed && v.Message != latch.UserAbortMessage, p == latch.VerificationError:
-			f.verification = v.ID + "\x00" + v.Phase
-		}
+	if v := st.Verification; v != nil && (&latch.Verification{ID: v.ID, Phase: latch.VerificationPhase(v.Phase), Message: v.Message}).FailsCycle() {
+		f.verification = v.ID + "\x00" + v.Phase
 	}
 	return f
 }

@@ -34,27 +34,25 @@ func (c *Controller) watchRuns(ns string) error {
 	if err := c.prepareSelected(verification.AnalysisRunsResource, ns, verification.OwnRunsSelector, runs, verification.TransformRun); err != nil {
 		return err
 	}
-	enqueue := func(obj any) {
+	// A run that has just failed fails its cycle: its Stage owes a pause,
+	// and goes before the others (handlers.go).
+	enqueue := func(oldObj, obj any) {
 		if tomb, ok := obj.(cache.DeletedFinalStateUnknown); ok {
 			obj = tomb.Obj
 		}
-		if u, ok := obj.(*unstructured.Unstructured); ok && verification.StageOf(u) != "" {
-			c.enqueue(cache.NewObjectName(u.GetNamespace(), verification.StageOf(u)))
-		}
-	}
-	// A run that has just failed fails its cycle: its Stage owes a pause,
-	// and goes before the others (handlers.go).
-	update := func(oldObj, obj any) {
-		o, ok1 := oldObj.(*unstructured.Unstructured)
-		u, ok2 := obj.(*unstructured.Unstructured)
-		if ok1 && ok2 && verification.StageOf(u) != "" && runFailedNow(o, u) {
-			c.enqueueUrgent(cache.NewObjectName(u.GetNamespace(), verification.StageOf(u)))
+		u, ok := obj.(*unstructured.Unstructured)
+		if !ok || verification.StageOf(u) == "" {
 			return
 		}
-		enqueue(obj)
+		key := cache.NewObjectName(u.GetNamespace(), verification.StageOf(u))
+		if o, ok := oldObj.(*unstructured.Unstructured); ok && runFailedNow(o, u) {
+			c.enqueueUrgent(key)
+			return
+		}
+		c.enqueue(key)
 	}
 	if _, err := runs.AddEventHandler(cache.ResourceEventHandlerFuncs{
-		AddFunc: enqueue, UpdateFunc: update, DeleteFunc: enqueue,
+		AddFunc: func(obj any) { enqueue(nil, obj) }, UpdateFunc: enqueue, DeleteFunc: func(obj any) { enqueue(nil, obj) },
 	}); err != nil {
 		return fmt.Errorf("adding an event handler: %w", err)
 	}
@@ -256,12 +254,8 @@ func (c *Controller) reportRunPhases(s *snapshot) {
 }
 
 // runFailedNow reports whether an AnalysisRun kargo-latch started has just
-// ended in a phase that fails its cycle (latch/analysis.go).
+// ended in a phase that fails its cycle.
 func runFailedNow(o, n *unstructured.Unstructured) bool {
 	was, is := verification.RunFrom(o).Phase, verification.RunFrom(n).Phase
-	switch is {
-	case latch.VerificationFailed, latch.VerificationError, latch.VerificationInconclusive:
-		return is != was
-	}
-	return false
+	return is != was && is.FailsRun()
 }

@@ -33,7 +33,7 @@ func (m *machine) examinePromotion() {
 	if !isNew {
 		return
 	}
-	if reason, msg, ok := m.promotionFailure(lp); ok {
+	if reason, msg, ok := promotionFailure(lp); ok {
 		m.fail(reason, msg)
 	}
 }
@@ -47,7 +47,7 @@ func (m *machine) awaitingOwnFreight() bool {
 		lp != nil && lp.Name == m.rec.Promotion && lp.Phase == PromotionSucceeded
 }
 
-func (m *machine) promotionFailure(lp *Promotion) (FailureReason, string, bool) {
+func promotionFailure(lp *Promotion) (FailureReason, string, bool) {
 	if lp == nil {
 		return "", "", false
 	}

@@ -107,3 +107,24 @@ func bounded(msg string) string {
 	}
 	return msg[:end] + cut
 }
+
+// FailsCycle reports whether a last promotion in phase p fails its cycle
+// (as promotionFailure judges it).
+func (p PromotionPhase) FailsCycle() bool {
+	_, _, fails := promotionFailure(&Promotion{Phase: p})
+	return fails
+}
+
+// FailsCycle reports whether Kargo's verification v fails the cycle (as
+// examineVerification judges it): not one a person aborted.
+func (v *Verification) FailsCycle() bool {
+	_, _, fails := verificationFailure(v)
+	return fails
+}
+
+// FailsRun reports whether a run kargo-latch started, ending in phase p,
+// fails its cycle (as the analysis's result is judged).
+func (p VerificationPhase) FailsRun() bool {
+	_, fails := analysisFailure(p)
+	return fails
+}

@@ -60,7 +60,7 @@ func (m *machine) baseline() {
 	// is recorded, but it is not acted on: nobody saw it happen. Unless the
 	// promotion failed just now: the Stage was made and failed while no
 	// replica led, and that failure is as new as any.
-	if reason, msg, ok := m.promotionFailure(m.obs.LastPromotion); ok && m.newFailure(m.obs.LastPromotion) {
+	if reason, msg, ok := promotionFailure(m.obs.LastPromotion); ok && m.newFailure(m.obs.LastPromotion) {
 		m.fail(reason, msg)
 	} else if ok {
 		m.markFailed(reason, msg+" (before kargo-latch watched this Stage)")
