@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"maps"
-	"os"
 	"slices"
 	"strings"
 	"sync"
@@ -72,10 +71,8 @@ func (o *shardOp) pauseQueueAdds(t *testing.T) float64 {
 // the Stage named stage.
 func (o *shardOp) logged(t *testing.T, msg, stage string) int {
 	t.Helper()
-	b, err := os.ReadFile(o.p.log.Name())
-	must(t, err)
 	n := 0
-	for line := range strings.SplitSeq(string(b), "\n") {
+	for line := range strings.SplitSeq(o.p.logText(0), "\n") {
 		if strings.Contains(line, fmt.Sprintf("%q", msg)) && strings.Contains(line, fmt.Sprintf("stage=%q", o.ns+"/"+stage)) {
 			n++
 		}

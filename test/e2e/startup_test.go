@@ -3,7 +3,6 @@ package e2e
 import (
 	"fmt"
 	"net/http"
-	"os"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -233,9 +232,7 @@ func (p *probedProcess) waitLogLine(t *testing.T, limit time.Duration, match fun
 	t.Helper()
 	var found string
 	waitLong(t, "a matching line in the operator's log", limit, func() bool {
-		b, err := os.ReadFile(p.log.Name())
-		must(t, err)
-		for l := range strings.SplitSeq(string(b), "\n") {
+		for l := range strings.SplitSeq(p.logText(0), "\n") {
 			if match(l) {
 				found = l
 				return true
