@@ -12,6 +12,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"slices"
 	"strings"
 	"time"
 
@@ -38,7 +39,7 @@ type options struct {
 	// 0 runs one unsharded operator.
 	shards int
 	// only names the phases to run after the set-up (all when empty).
-	only string
+	only map[string]bool
 	// operator is the operator binary measured; empty for bin/kargo-latch.
 	operator string
 }
@@ -58,9 +59,14 @@ func main() {
 	flag.Float64Var(&o.promotionChurn, "promotion-churn", 2, "new Promotions per second during the churn, each queued, run and finished as Kargo does")
 	flag.IntVar(&o.createInFlight, "create-in-flight", 16, "busy Stages given their Promotions at once: enough to keep the apiserver busy, few enough not to bury it")
 	flag.StringVar(&o.operator, "operator", "", "the operator binary to measure instead of bin/kargo-latch: an older build, for figures before and after a change on the same machine")
-	flag.StringVar(&o.only, "only", "", "run only these phases after the set-up, comma-separated: reaction, project-wide, memory, shards, verify (all when empty)")
+	only := flag.String("only", "", "run only these phases after the set-up, comma-separated: reaction, project-wide, memory, shards, verify (all when empty)")
 	flag.IntVar(&o.shards, "shards", 0, "spread the Stages over shards s0..s(N-1), one operator per shard (--shard sK); 0 runs one unsharded operator")
 	flag.Parse()
+	var err error
+	if o.only, err = onlyPhases(*only); err != nil {
+		fmt.Fprintln(os.Stderr, "bench:", err)
+		os.Exit(2)
+	}
 	if o.shards < 0 || o.promotions < 0 || o.promotionChurn < 0 || o.createInFlight < 1 {
 		fmt.Fprintln(os.Stderr, "bench: -shards, -promotions-per-stage and -promotion-churn must not be negative, -create-in-flight at least 1")
 		os.Exit(2)
@@ -70,12 +76,40 @@ func main() {
 	klog.LogToStderr(false)
 	klog.SetOutput(io.Discard)
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
-	err := run(ctx, o)
+	err = run(ctx, o)
 	stop()
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "bench:", err)
 		os.Exit(1)
 	}
+}
+
+// phase is one timed phase of the bench, after the set-up.
+type phase struct {
+	name string
+	run  func(*bench, context.Context) ([]row, error)
+}
+
+// phases are the bench's phases, in the order they run.
+var phases = []phase{{"reaction", (*bench).reaction}, {"project-wide", (*bench).projectWide}, {"memory", (*bench).memoryAndColdStart},
+	{"shards", (*bench).writtenByShards}, {"verify", (*bench).verifyOnLatch}}
+
+// onlyPhases reads -only: the phases named, comma-separated; nil for all.
+func onlyPhases(list string) (map[string]bool, error) {
+	var only map[string]bool
+	for _, name := range strings.Split(list, ",") {
+		if name = strings.TrimSpace(name); name == "" {
+			continue
+		}
+		if !slices.ContainsFunc(phases, func(p phase) bool { return p.name == name }) {
+			return nil, fmt.Errorf("-only: no phase %q", name)
+		}
+		if only == nil {
+			only = map[string]bool{}
+		}
+		only[name] = true
+	}
+	return only, nil
 }
 
 func run(ctx context.Context, o options) error {
@@ -98,22 +132,12 @@ func run(ctx context.Context, o options) error {
 		return err
 	}
 	var rows []row
-	phases := []struct {
-		name string
-		run  func(context.Context) ([]row, error)
-	}{{"reaction", b.reaction}, {"project-wide", b.projectWide}, {"memory", b.memoryAndColdStart}, {"shards", b.writtenByShards}, {"verify", b.verifyOnLatch}}
-	only := map[string]bool{}
-	for _, name := range strings.Split(o.only, ",") {
-		if name = strings.TrimSpace(name); name != "" {
-			only[name] = true
-		}
-	}
-	for _, phase := range phases {
-		if len(only) > 0 && !only[phase.name] {
-			say("%s: skipped (-only %s)", phase.name, o.only)
+	for _, p := range phases {
+		if len(o.only) > 0 && !o.only[p.name] {
+			say("%s: skipped (-only)", p.name)
 			continue
 		}
-		r, err := phase.run(ctx)
+		r, err := p.run(b, ctx)
 		if err != nil {
 			return err
 		}

@@ -5,7 +5,6 @@ import (
 	"os"
 	"regexp"
 	"slices"
-	"strconv"
 	"time"
 )
 
@@ -52,7 +51,7 @@ func (b *bench) sayTrace(samples []failureSample) {
 			}
 			created, err1 := time.ParseInLocation("0102 15:04:05.000000", m[1], time.Local)
 			seen, err2 := time.Parse(time.RFC3339Nano, at[1])
-			queued, err3 := time.ParseDuration(unquote(q[1]))
+			queued, err3 := time.ParseDuration(q[1])
 			if err1 != nil || err2 != nil || err3 != nil {
 				continue
 			}
@@ -77,12 +76,4 @@ func (b *bench) sayTrace(samples []failureSample) {
 	}
 	say("reaction, traced (%d of %d failures): the write → the operator's handler %v; queued %v; sync and POST stagepauses %v; the create's return → the watcher %v",
 		len(delivered), len(samples), percentiles(delivered), percentiles(queued), percentiles(acted), percentiles(back))
-}
-
-// unquote undoes klog's quoting of a duration value, if any.
-func unquote(s string) string {
-	if u, err := strconv.Unquote(`"` + s + `"`); err == nil {
-		return u
-	}
-	return s
 }
