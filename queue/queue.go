@@ -47,20 +47,19 @@ func newQueue(name string, mp workqueue.MetricsProvider, clk clock.WithTicker, s
 		workqueue.NewTypedItemExponentialFailureRateLimiter[cache.ObjectName](baseRetryDelay, maxRetryDelay),
 		&workqueue.TypedBucketRateLimiter[cache.ObjectName]{Limiter: rate.NewLimiter(rate.Limit(50), 300)},
 	)
-	var delaying workqueue.TypedDelayingInterface[cache.ObjectName]
-	if store != nil {
-		delaying = workqueue.NewTypedDelayingQueueWithConfig(workqueue.TypedDelayingQueueConfig[cache.ObjectName]{
+	// client-go's own construction, with store (nil: its FIFO) as the
+	// store of waiting keys.
+	delaying := workqueue.NewTypedDelayingQueueWithConfig(workqueue.TypedDelayingQueueConfig[cache.ObjectName]{
+		Name:            name,
+		MetricsProvider: mp,
+		Clock:           clk,
+		Queue: workqueue.NewTypedWithConfig(workqueue.TypedQueueConfig[cache.ObjectName]{
 			Name:            name,
 			MetricsProvider: mp,
 			Clock:           clk,
-			Queue: workqueue.NewTypedWithConfig(workqueue.TypedQueueConfig[cache.ObjectName]{
-				Name:            name,
-				MetricsProvider: mp,
-				Clock:           clk,
-				Queue:           store,
-			}),
-		})
-	}
+			Queue:           store,
+		}),
+	})
 	return workqueue.NewTypedRateLimitingQueueWithConfig(limiter, workqueue.TypedRateLimitingQueueConfig[cache.ObjectName]{
 		Name:            name,
 		MetricsProvider: mp,
