@@ -139,16 +139,16 @@ func TestHelmInstallPausesAStage(t *testing.T) {
 	// The chart's gate alone names the chart's Kargo controller: given the
 	// right to update the ProjectConfig, which passes the shipped gate, its
 	// PromotionRequest is refused by the chart's gate, which shows it in
-	// force.
+	// force. A dry run, so a pass while the API server is still loading the
+	// chart's policy or its StagePause params (both are read from
+	// informers) is harmless: the check fails only when the refusal never
+	// comes.
 	rights := cluster.BindUser("e2e-"+project+"-controller-projectconfigs", "e2e-projectconfig-editor", "system:serviceaccount:"+releaseNS+":kargo-controller")
 	rights.SetKind("RoleBinding")
 	rights.SetNamespace(project)
 	must(t, applyObjects([]*unstructured.Unstructured{rights}))
 	waitFor(t, "the chart's pause gate to refuse its Kargo controller's PromotionRequest", func() bool {
 		_, err := driver.CreatePromotionRequest(ctx, dryRunAs(kargoController), project, "prod")
-		if err == nil {
-			t.Fatalf("the chart's Kargo controller's PromotionRequest for the paused Stage passed")
-		}
 		return deniedBy(err, gate)
 	})
 	shard, err := env.cluster.ServiceAccountConfig(ctx, releaseNS, "kargo-shard-eu")
