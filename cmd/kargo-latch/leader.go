@@ -21,9 +21,11 @@ type leaseTimings struct {
 	leaseDuration, renewDeadline, retryPeriod time.Duration
 }
 
-// A leader that dies without releasing its Lease is replaced within
-// LeaseDuration+RetryPeriod (14s); one that shuts down releases it once its
-// workers have returned. Renewing every 2s costs one small write.
+// A leader that dies without releasing its Lease is replaced after about
+// LeaseDuration+RetryPeriod (14s), at most ~21s: the standby polls every
+// RetryPeriod with client-go's jitter (2–4.4s) and counts the LeaseDuration
+// from when it saw the last renewal. One that shuts down releases the Lease
+// once its workers have returned. Renewing every 2s costs one small write.
 var defaultLeaseTimings = leaseTimings{leaseDuration: 12 * time.Second, renewDeadline: 8 * time.Second, retryPeriod: 2 * time.Second}
 
 // leadOrStandBy runs work while this replica holds the Lease, and returns

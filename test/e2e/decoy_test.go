@@ -102,7 +102,9 @@ func decoyScenario(t *testing.T, count int) {
 	}
 
 	// The failure stays paused: the gate refuses, and once the operator
-	// has handled every event no sync resumed it.
+	// has handled every event no sync resumed it. (The API server reads the
+	// pause from an informer of its own: a dry run first.)
+	waitRefusedBy(t, env.cluster.UserConfig(kargoCtlToken), ns, "prod", "kargo-latch-pause-gate")
 	err = autoPromote(ns, "prod")
 	if !apierrors.IsForbidden(err) || !strings.Contains(err.Error(), mine.GetName()) {
 		t.Fatalf("Kargo's auto-promotion to prod: %v; want 403 naming %s", err, mine.GetName())
@@ -130,7 +132,7 @@ func decoyScenario(t *testing.T, count int) {
 	// second one.
 	op.stop()
 	op = startOperator(t, ns, fastSettings())
-	op.idle(t)
+	waitIdle(t, op, 1) // it has judged prod: a second pause it would make is made
 	if n := pausesFor(t, ns, "prod"); n != 1 {
 		t.Errorf("%d operator pauses for prod after a restart, want 1", n)
 	}

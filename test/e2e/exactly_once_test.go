@@ -41,7 +41,20 @@ func TestExactlyOncePauseAcrossKills(t *testing.T) {
 	var killer sync.WaitGroup
 	var restartErr error
 	killer.Go(func() {
-		for {
+		for i := 0; ; i++ {
+			// Every other run is killed only once it has synced a Stage, so
+			// that the scenario progresses however slowly a loaded machine
+			// starts the process; the others die at any moment, start-up
+			// included.
+			if i%2 == 1 {
+				for w, err := op.work(); err != nil || w.syncs < 1; w, err = op.work() {
+					select {
+					case <-stop:
+						return
+					case <-time.After(25 * time.Millisecond):
+					}
+				}
+			}
 			select {
 			case <-stop:
 				return

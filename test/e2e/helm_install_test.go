@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"context"
+	"encoding/json"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -11,6 +12,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/dynamic"
 
 	"github.com/kargo-latch/kargo-latch/latch"
@@ -82,6 +84,8 @@ func TestHelmInstallPausesAStage(t *testing.T) {
 			t.Errorf("helm uninstall: %v\n%s", err, out)
 		}
 	})
+
+	narrowReleasePolicies(t, release, project, releaseNS)
 
 	deployment, err := env.kube.AppsV1().Deployments(releaseNS).Get(ctx, release, metav1.GetOptions{})
 	must(t, err)
@@ -164,5 +168,33 @@ func TestHelmInstallPausesAStage(t *testing.T) {
 	}
 	if p.exited() {
 		t.Error("the operator exited")
+	}
+}
+
+// narrowReleasePolicies binds the admission policies of a Helm release to
+// the namespaces given. The chart binds them to every namespace, as a user
+// wants; here the tests that run beside this one would meet them too, and
+// where several policies refuse a request, the API server names one of them
+// in no fixed order, so a check that expects the shipped gate's name would
+// meet this release's. Until the API server has loaded the patch (within a
+// second or so), deniedByAPauseGate accepts either.
+func narrowReleasePolicies(t *testing.T, release string, namespaces ...string) {
+	t.Helper()
+	patch, err := json.Marshal(map[string]any{"spec": map[string]any{"matchResources": map[string]any{"namespaceSelector": map[string]any{
+		"matchExpressions": []any{map[string]any{"key": corev1.LabelMetadataName, "operator": "In", "values": namespaces}},
+	}}}})
+	must(t, err)
+	narrowed := 0
+	for _, kind := range []string{"ValidatingAdmissionPolicyBinding", "MutatingAdmissionPolicyBinding"} {
+		bindings, err := env.dyn.Resource(admissionPolicies[kind]).List(ctx, metav1.ListOptions{LabelSelector: "app.kubernetes.io/instance=" + release})
+		must(t, err)
+		for _, b := range bindings.Items {
+			_, err := env.dyn.Resource(admissionPolicies[kind]).Patch(ctx, b.GetName(), types.MergePatchType, patch, metav1.PatchOptions{})
+			must(t, err)
+			narrowed++
+		}
+	}
+	if narrowed == 0 {
+		t.Fatalf("the release %s made no admission policy binding to narrow", release)
 	}
 }

@@ -89,8 +89,11 @@ func TestLatchIgnoresProgressingFlapsWithoutWriting(t *testing.T) {
 	// others: what it does with the flaps is done when it is idle after.
 	op.processed(t, "the last flap", func() error { return s.SetHealth(ctx, kargo.HealthHealthy) })
 	lastDriverRV := s.LastRV()
-	if n := op.metric("kargo_latch_progressing_ignored_total"); n < 3 {
-		t.Errorf("%v ignored flaps counted, want at least 3 of 10", n)
+	// Proof that the operator saw flaps, so that "no patch" below means
+	// something. A loaded machine may merge several flaps into one sync, so
+	// only one is required.
+	if n := op.metric("kargo_latch_progressing_ignored_total"); n < 1 {
+		t.Errorf("%v ignored flaps counted, want at least 1 of 10", n)
 	}
 
 	if n := op.patches.Load() - patchesBefore; n != 0 {

@@ -52,8 +52,11 @@ func TestLeaderElection(t *testing.T) {
 	waitPaused(t, during, true)
 	failover := time.Since(killedAt)
 	t.Logf("failover: the standby paused a Stage %v after the leader was killed", failover.Round(time.Millisecond))
-	if failover > 20*time.Second {
-		t.Errorf("failover took %v, want under 20s", failover)
+	// At most ~21s (cmd/kargo-latch/leader.go): the standby sees the last
+	// renewal up to 4.4s late, waits the 12s lease, and polls up to 4.4s
+	// later; then the pausing sync, under -race.
+	if failover > 25*time.Second {
+		t.Errorf("failover took %v, want under 25s", failover)
 	}
 	waitPaused(t, before, true)
 	// The new leader's first term judged both Stages; once it is idle, a

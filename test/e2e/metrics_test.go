@@ -22,9 +22,16 @@ func TestMetricsOverAScenario(t *testing.T) {
 	qa := env.createStage(t, ns, "qa", nil)
 	stageSel := func(s string) map[string]string { return map[string]string{"project": ns, "stage": s} }
 
+	// The phase gauges are read from the operator's cache at scrape time,
+	// which learns of the operator's own write after the API server does:
+	// wait for the phase, then check that it is the only one.
 	oneHot := func(stage string, want latch.Phase) {
 		t.Helper()
-		got := series(scrape(t, url), "kargo_latch_stage_phase", stageSel(stage))
+		var got map[string]float64
+		waitFor(t, stage+"'s phase series to report "+string(want), func() bool {
+			got = series(scrape(t, url), "kargo_latch_stage_phase", stageSel(stage))
+			return got["phase="+string(want)] == 1
+		})
 		ones := 0
 		for k, v := range got {
 			if v == 1 {

@@ -47,6 +47,9 @@ func TestFailurePausesAndTheGateHolds(t *testing.T) {
 		t.Errorf("record failure %+v, pauses %v; want the failure to name pause %s", r.Failure, r.Pauses, p.GetName())
 	}
 
+	// The API server reads the pause from an informer of its own: the gate
+	// is in force once a dry run is refused, and then stays so.
+	waitRefusedBy(t, env.cluster.UserConfig(kargoCtlToken), ns, "prod", "kargo-latch-pause-gate")
 	err = autoPromote(ns, "prod")
 	if !apierrors.IsForbidden(err) || !strings.Contains(err.Error(), "prod") || !strings.Contains(err.Error(), p.GetName()) {
 		t.Fatalf("Kargo's auto-promotion to a paused Stage: %v; want 403 naming the Stage and the pause", err)
@@ -223,7 +226,7 @@ func TestProjectWidePauseDrainsEveryStageWithOneRead(t *testing.T) {
 	t.Parallel()
 	ns := env.newProject(t)
 	var promotionLists atomic.Int64
-	startOperatorWith(t, env.operator, ns, latch.Settings{LatchDeadline: time.Minute, DegradedGrace: time.Minute, DrainOnPause: true},
+	op := startOperatorWith(t, env.operator, ns, latch.Settings{LatchDeadline: time.Minute, DegradedGrace: time.Minute, DrainOnPause: true},
 		refusing(func(r *http.Request) error {
 			if r.Method == http.MethodGet && strings.HasSuffix(r.URL.Path, "/promotions") && r.URL.Query().Get("watch") != "true" {
 				promotionLists.Add(1)
@@ -241,6 +244,12 @@ func TestProjectWidePauseDrainsEveryStageWithOneRead(t *testing.T) {
 		must(t, env.kargo.SetPromotionPhase(ctx, ns, person.GetName(), "Pending"))
 		queued, kept = append(queued, auto.GetName()), append(kept, person.GetName())
 	}
+	// The Promotion cache's first list is made in the background: counted
+	// from once it holds all six, only the drains' reads remain.
+	waitFor(t, "the operator's Promotion cache to hold the six queued Promotions", func() bool {
+		return op.metric(promotionsCachedMetric) == 6
+	})
+	op.idle(t)
 	listsBefore := promotionLists.Load()
 
 	must(t, createPause(env.dev, pause(ns, "big-red-button", v1alpha1.AllStages, "ProjectPause")))
