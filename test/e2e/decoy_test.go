@@ -104,7 +104,7 @@ func decoyScenario(t *testing.T, count int) {
 	// The failure stays paused: the gate refuses, and once the operator
 	// has handled every event no sync resumed it. (The API server reads the
 	// pause from an informer of its own: a dry run first.)
-	waitRefusedBy(t, env.cluster.UserConfig(kargoCtlToken), ns, "prod", "kargo-latch-pause-gate")
+	waitShippedGateRefuses(t, ns, "prod")
 	err = autoPromote(ns, "prod")
 	if !apierrors.IsForbidden(err) || !strings.Contains(err.Error(), mine.GetName()) {
 		t.Fatalf("Kargo's auto-promotion to prod: %v; want 403 naming %s", err, mine.GetName())

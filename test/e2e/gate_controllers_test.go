@@ -107,9 +107,9 @@ func TestGateRefusesEveryKargoController(t *testing.T) {
 	shardRights.SetNamespace(ns)
 	must(t, applyObjects([]*unstructured.Unstructured{shardRights}))
 	shardRequests := dryRunAs(env.cluster.UserConfig(kargoShardToken))
-	waitFor(t, "this install's gate to refuse the shard's PromotionRequest", func() bool {
+	waitDeniedBy(t, "this install's gate to refuse the shard's PromotionRequest", gate, func() error {
 		_, err := driver.CreatePromotionRequest(ctx, shardRequests, ns, "prod")
-		return deniedBy(err, gate)
+		return err
 	})
 
 	for user, as := range map[string]dynamic.Interface{kargoCtlUser: kargoCtl, kargoShardUser: env.kargoShard} {
@@ -210,9 +210,9 @@ func TestGatePeopleExemptsOnlyKargoAutoPromotions(t *testing.T) {
 	isolateNamespace(t, ns, tag)
 	env.createStage(t, ns, "prod", nil)
 	must(t, createPause(env.dev, pause(ns, "hold", "prod", "Manual")))
-	waitFor(t, "the people gate to refuse dev", func() bool {
+	waitDeniedBy(t, "the people gate to refuse dev", people, func() error {
 		_, err := driver.CreatePromotion(ctx, dryRunAs(env.cluster.UserConfig(devToken)), ns, "prod", "kubernetes:dev")
-		return deniedBy(err, people)
+		return err
 	})
 	if _, err := driver.CreatePromotion(ctx, env.kargoShard, ns, "prod", "kubernetes:dev"); !deniedBy(err, people) {
 		t.Errorf("the shard's Promotion naming a person, to the paused Stage: %v, want refused by %s (only auto-promotions are exempt)", err, people)
@@ -252,15 +252,15 @@ func TestKargoControllersRegexIsMatchedWhole(t *testing.T) {
 	must(t, createPause(env.dev, pause(ns, "hold", "prod", "Manual")))
 	kargoCtl, err := env.cluster.ServiceAccountConfig(ctx, ns, "kargo-controller")
 	must(t, err)
-	// The shipped gate refuses an actor-less Promotion by its shape too:
-	// either gate's refusal will do here.
-	waitFor(t, "an auto-promotion to the paused Stage to be refused", func() bool {
+	// The shipped gate refuses an actor-less Promotion by its shape too; a
+	// refusal that names this install's gate shows it loaded.
+	waitDeniedBy(t, "this install's gate to refuse an auto-promotion to the paused Stage", gate, func() error {
 		_, err := driver.CreatePromotion(ctx, dryRunAs(kargoCtl), ns, "prod", "")
-		return apierrors.IsForbidden(err)
+		return err
 	})
-	waitFor(t, "the people gate to refuse dev", func() bool {
+	waitDeniedBy(t, "the people gate to refuse dev", people, func() error {
 		_, err := driver.CreatePromotion(ctx, dryRunAs(env.cluster.UserConfig(devToken)), ns, "prod", "kubernetes:dev")
-		return deniedBy(err, people)
+		return err
 	})
 	// A PromotionRequest: a Promotion's shape alone would have the gate
 	// refuse it whoever made it. Without the right to update the
@@ -276,14 +276,14 @@ func TestKargoControllersRegexIsMatchedWhole(t *testing.T) {
 	controllerBinding.SetKind("RoleBinding")
 	controllerBinding.SetNamespace(ns)
 	must(t, applyObjects([]*unstructured.Unstructured{binding, controllerBinding}))
+	waitMayUpdateProjectConfig(t, kargoShardUser, ns)
+	waitMayUpdateProjectConfig(t, "system:serviceaccount:"+ns+":kargo-controller", ns)
 	// The listed controller is refused whatever its rights, by this
-	// install's gate alone. A dry run: the RoleBinding may take effect
-	// before the API server has loaded this install's gate, and a pass
-	// then is harmless; the check fails only when the refusal never comes.
-	waitFor(t, "this install's gate to refuse its listed controller's PromotionRequest, which may update the ProjectConfig", func() bool {
-		_, err := driver.CreatePromotionRequest(ctx, dryRunAs(kargoCtl), ns, "prod")
-		return deniedBy(err, gate)
-	})
+	// install's gate alone (loaded, as shown above; the shipped gate lets
+	// one who may update the ProjectConfig pass).
+	if _, err := driver.CreatePromotionRequest(ctx, dryRunAs(kargoCtl), ns, "prod"); !deniedBy(err, gate) {
+		t.Errorf("its listed controller's PromotionRequest, which may update the ProjectConfig: %v, want refused by %s", err, gate)
+	}
 	waitFor(t, kargoShardUser+"'s PromotionRequest to pass once it may update the ProjectConfig", func() bool {
 		_, err := driver.CreatePromotionRequest(ctx, env.kargoShard, ns, "prod")
 		if deniedBy(err, gate) && !strings.Contains(err.Error(), "paused by StagePause") {

@@ -100,7 +100,7 @@ func deniedByAPauseGate(err error) bool {
 	return apierrors.IsForbidden(err) && pauseGateDenial.MatchString(err.Error())
 }
 
-var pauseGateDenial = regexp.MustCompile(`ValidatingAdmissionPolicy '[^']*pause-gate'`)
+var pauseGateDenial = regexp.MustCompile(`ValidatingAdmissionPolicy '(kargo-latch|kargo-latch-e2e-[0-9a-f]{8})-pause-gate'`)
 
 // TestGatePeopleRefusesKargoAPIServer: with the opt-in gate-people
 // component, a Promotion that Kargo's UI, API or CLI makes (created by
@@ -151,14 +151,14 @@ func TestGatePeopleRefusesKargoAPIServer(t *testing.T) {
 	must(t, createPause(env.dev, pause(ns, "hold", "prod", "Manual")))
 	// The policies are live for this namespace once dev (no ProjectConfig
 	// right) is refused by the people's policy.
-	waitFor(t, "the people gate to refuse dev", func() bool {
+	waitDeniedBy(t, "the people gate to refuse dev", peoplePolicy, func() error {
 		_, err := driver.CreatePromotion(ctx, env.dev, ns, "prod", "kubernetes:dev")
-		return deniedBy(err, peoplePolicy)
+		return err
 	})
 	var denied error
-	waitFor(t, "the gate to refuse Kargo's API server", func() bool {
+	waitDeniedBy(t, "the gate to refuse Kargo's API server", apiPolicy, func() error {
 		_, denied = driver.CreatePromotion(ctx, kargoAPI, ns, "prod", person)
-		return deniedBy(denied, apiPolicy)
+		return denied
 	})
 	t.Logf("Kargo's API server promoting for %s: %v", person, denied)
 	for _, want := range []string{"Stage prod is paused by StagePause hold", "requested by " + person, "resume first", "promote with kubectl as someone who may update ProjectConfig " + ns} {
@@ -202,13 +202,13 @@ func TestGatePeopleRefusesKargoAPIServer(t *testing.T) {
 		},
 	}, metav1.CreateOptions{})
 	must(t, err)
-	waitFor(t, "the people gate to refuse dev's PromotionRequest", func() bool {
+	waitDeniedBy(t, "the people gate to refuse dev's PromotionRequest", peoplePolicy, func() error {
 		_, err := driver.CreatePromotionRequest(ctx, env.dev, ns, "prod")
-		return deniedBy(err, peoplePolicy)
+		return err
 	})
-	waitFor(t, "the gate to refuse Kargo's API server's PromotionRequest", func() bool {
+	waitDeniedBy(t, "the gate to refuse Kargo's API server's PromotionRequest", apiPolicy, func() error {
 		_, err := driver.CreatePromotionRequest(ctx, kargoAPI, ns, "prod")
-		return deniedBy(err, apiPolicy)
+		return err
 	})
 	waitFor(t, "lead's PromotionRequest to be taken while paused", func() bool {
 		_, err := driver.CreatePromotionRequest(ctx, env.lead, ns, "prod")
@@ -260,9 +260,9 @@ patches:
 	isolateNamespace(t, ns2, tag2)
 	env.createStage(t, ns2, "prod", nil)
 	must(t, createPause(env.dev, pause(ns2, "hold", "prod", "Manual")))
-	waitFor(t, "the patched gate to refuse the other API server identity", func() bool {
+	waitDeniedBy(t, "the patched gate to refuse the other API server identity", prefix2+"kargo-latch-pause-gate-kargo-api", func() error {
 		_, err := driver.CreatePromotion(ctx, otherAPI, ns2, "prod", person)
-		return deniedBy(err, prefix2+"kargo-latch-pause-gate-kargo-api")
+		return err
 	})
 	if _, err := driver.CreatePromotion(ctx, kargoAPI, ns2, "prod", person); err != nil {
 		t.Errorf("kargo-api where the gate names another identity: %v, want allowed (it may update the ProjectConfig)", err)

@@ -74,7 +74,7 @@ func pauseInForce(t *testing.T, s *driver.Stage, name string) {
 	t.Helper()
 	must(t, createPause(env.dev, pause(s.Namespace, name, s.Name, "Manual")))
 	waitPaused(t, s, true)
-	waitRefusedBy(t, env.cluster.UserConfig(kargoCtlToken), s.Namespace, s.Name, "kargo-latch-pause-gate")
+	waitShippedGateRefuses(t, s.Namespace, s.Name)
 	p, err := env.dyn.Resource(v1alpha1.StagePausesResource).Namespace(s.Namespace).Get(ctx, name, metav1.GetOptions{})
 	must(t, err)
 	created := p.GetCreationTimestamp().Time

@@ -14,6 +14,7 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/rest"
 
 	"github.com/kargo-latch/kargo-latch/latch"
 	"github.com/kargo-latch/kargo-latch/test/cluster"
@@ -140,23 +141,32 @@ func TestHelmInstallPausesAStage(t *testing.T) {
 	if !strings.Contains(refused.Error(), pauses[0].GetName()) {
 		t.Errorf("the gate's denial %q does not name the pause %s", refused, pauses[0].GetName())
 	}
-	// The chart's gate alone names the chart's Kargo controller: given the
-	// right to update the ProjectConfig, which passes the shipped gate, its
-	// PromotionRequest is refused by the chart's gate, which shows it in
-	// force. A dry run, so a pass while the API server is still loading the
-	// chart's policy or its StagePause params (both are read from
-	// informers) is harmless: the check fails only when the refusal never
-	// comes.
-	rights := cluster.BindUser("e2e-"+project+"-controller-projectconfigs", "e2e-projectconfig-editor", "system:serviceaccount:"+releaseNS+":kargo-controller")
-	rights.SetKind("RoleBinding")
-	rights.SetNamespace(project)
-	must(t, applyObjects([]*unstructured.Unstructured{rights}))
-	waitFor(t, "the chart's pause gate to refuse its Kargo controller's PromotionRequest", func() bool {
-		_, err := driver.CreatePromotionRequest(ctx, dryRunAs(kargoController), project, "prod")
-		return deniedBy(err, gate)
+	// A refusal that names the chart's gate shows it loaded.
+	waitDeniedBy(t, "the chart's gate to refuse Kargo's auto-promotion", gate, func() error {
+		_, err := driver.CreatePromotion(ctx, dryRunAs(kargoController), project, "prod", "")
+		return err
 	})
+	// The chart's gate alone names the chart's Kargo controller and the
+	// shard its regex matches: given the right to update the ProjectConfig,
+	// which passes the shipped gate, their PromotionRequests are refused by
+	// the chart's gate, which shows both values in force.
+	shardUser := "system:serviceaccount:" + releaseNS + ":kargo-shard-eu"
+	var rights []*unstructured.Unstructured
+	for name, user := range map[string]string{"controller": kargoControllerUser, "shard": shardUser} {
+		binding := cluster.BindUser("e2e-"+project+"-"+name+"-projectconfigs", "e2e-projectconfig-editor", user)
+		binding.SetKind("RoleBinding")
+		binding.SetNamespace(project)
+		rights = append(rights, binding)
+	}
+	must(t, applyObjects(rights))
 	shard, err := env.cluster.ServiceAccountConfig(ctx, releaseNS, "kargo-shard-eu")
 	must(t, err)
+	for user, cfg := range map[string]*rest.Config{kargoControllerUser: kargoController, shardUser: shard} {
+		waitMayUpdateProjectConfig(t, user, project)
+		if _, err := driver.CreatePromotionRequest(ctx, dryRunAs(cfg), project, "prod"); !deniedBy(err, gate) {
+			t.Errorf("%s's PromotionRequest for the paused Stage, with the right to update the ProjectConfig: %v, want refused by %s", user, err, gate)
+		}
+	}
 	// Refused by its shape, by either gate.
 	if _, err := driver.CreatePromotion(ctx, dynamic.NewForConfigOrDie(shard), project, "prod", ""); !apierrors.IsForbidden(err) || !strings.Contains(err.Error(), "paused by StagePause") {
 		t.Errorf("the shard's auto-promotion to the paused Stage: %v, want refused naming the pause", err)
@@ -184,17 +194,21 @@ func narrowReleasePolicies(t *testing.T, release string, namespaces ...string) {
 		"matchExpressions": []any{map[string]any{"key": corev1.LabelMetadataName, "operator": "In", "values": namespaces}},
 	}}}})
 	must(t, err)
-	narrowed := 0
+	var narrowed []string
 	for _, kind := range []string{"ValidatingAdmissionPolicyBinding", "MutatingAdmissionPolicyBinding"} {
 		bindings, err := env.dyn.Resource(admissionPolicies[kind]).List(ctx, metav1.ListOptions{LabelSelector: "app.kubernetes.io/instance=" + release})
 		must(t, err)
 		for _, b := range bindings.Items {
+			// A merge patch would replace a selector of the chart's own.
+			if _, found, _ := unstructured.NestedMap(b.Object, "spec", "matchResources"); found {
+				t.Fatalf("%s %s has matchResources of its own, which narrowing would change", kind, b.GetName())
+			}
 			_, err := env.dyn.Resource(admissionPolicies[kind]).Patch(ctx, b.GetName(), types.MergePatchType, patch, metav1.PatchOptions{})
 			must(t, err)
-			narrowed++
+			narrowed = append(narrowed, b.GetName())
 		}
 	}
-	if narrowed == 0 {
-		t.Fatalf("the release %s made no admission policy binding to narrow", release)
+	if !slices.Contains(narrowed, release+"-pause-gate") {
+		t.Fatalf("narrowed the bindings %v of the release %s, which lack its pause gate's", narrowed, release)
 	}
 }

@@ -191,9 +191,9 @@ func TestOperatorGuardFollowsKustomizeNamespace(t *testing.T) {
 	// Dry runs until the guard is live (admission runs all the same), so an
 	// early try changes nothing; then the real write.
 	dryRun := metav1.PatchOptions{DryRun: []string{metav1.DryRunAll}}
-	waitFor(t, "the moved guard to refuse the moved operator's Stage spec change", func() bool {
-		_, denied = asMoved.Patch(ctx, "prod", types.MergePatchType, specChange, dryRun)
-		return deniedBy(denied, guard.GetName())
+	waitDeniedBy(t, "the moved guard to refuse the moved operator's Stage spec change", guard.GetName(), func() error {
+		_, err := asMoved.Patch(ctx, "prod", types.MergePatchType, specChange, dryRun)
+		return err
 	})
 	if _, denied = asMoved.Patch(ctx, "prod", types.MergePatchType, specChange, metav1.PatchOptions{}); !deniedBy(denied, guard.GetName()) {
 		t.Fatalf("the moved operator's Stage spec change: %v, want refused by %s", denied, guard.GetName())

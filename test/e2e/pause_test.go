@@ -49,7 +49,7 @@ func TestFailurePausesAndTheGateHolds(t *testing.T) {
 
 	// The API server reads the pause from an informer of its own: the gate
 	// is in force once a dry run is refused, and then stays so.
-	waitRefusedBy(t, env.cluster.UserConfig(kargoCtlToken), ns, "prod", "kargo-latch-pause-gate")
+	waitShippedGateRefuses(t, ns, "prod")
 	err = autoPromote(ns, "prod")
 	if !apierrors.IsForbidden(err) || !strings.Contains(err.Error(), "prod") || !strings.Contains(err.Error(), p.GetName()) {
 		t.Fatalf("Kargo's auto-promotion to a paused Stage: %v; want 403 naming the Stage and the pause", err)

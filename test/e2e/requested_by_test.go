@@ -55,21 +55,22 @@ func dryRunAs(cfg *rest.Config) dynamic.Interface {
 	return dynamic.NewForConfigOrDie(cfg)
 }
 
-// waitRefusedBy waits until an auto-promotion by cfg's user to the paused
-// stage, tried as a dry run, is refused with 403 by policy. Until the API
-// server knows the pause (and the policy), it passes; and in the requester
-// mark's 503 window it is refused with 503 instead. Any other answer fails
-// the test. (Where two policies refuse it, the API server names one of
-// them, either: wait for a policy with a user only it refuses.)
-func waitRefusedBy(t *testing.T, cfg *rest.Config, ns, stage, policy string) {
+// waitShippedGateRefuses waits until an auto-promotion by Kargo's
+// controller to the paused stage, tried as a dry run, is refused with 403
+// by the shipped pause gate. Until the API server knows the pause (and the
+// policy), it passes; and in the requester mark's 503 window it is refused
+// with 503 instead. Any other answer fails the test. Where another policy
+// refuses it too, the API server names one of them: waitDeniedBy has it
+// reload its policies until it names the shipped gate.
+func waitShippedGateRefuses(t *testing.T, ns, stage string) {
 	t.Helper()
-	as := dryRunAs(cfg)
-	waitFor(t, "an auto-promotion to the paused Stage "+ns+"/"+stage+" to be refused with 403", func() bool {
+	as := dryRunAs(env.cluster.UserConfig(kargoCtlToken))
+	waitDeniedBy(t, "the shipped gate to refuse an auto-promotion to the paused Stage "+ns+"/"+stage, "kargo-latch-pause-gate", func() error {
 		_, err := driver.CreatePromotion(ctx, as, ns, stage, "")
 		if err != nil && !apierrors.IsForbidden(err) && !apierrors.IsServiceUnavailable(err) {
 			t.Fatalf("an auto-promotion to the paused Stage %s/%s: %v", ns, stage, err)
 		}
-		return deniedBy(err, policy)
+		return err
 	})
 }
 
@@ -130,7 +131,7 @@ func TestRequestedByMarksEveryPromotionUnderAPause(t *testing.T) {
 	env.createStage(t, ns, "dev", nil)
 	must(t, createPause(env.dev, pause(ns, "hold", "prod", "Manual")))
 	// The shipped gate refuses Kargo's controller with 403, not 503.
-	waitRefusedBy(t, env.cluster.UserConfig(kargoCtlToken), ns, "prod", "kargo-latch-pause-gate")
+	waitShippedGateRefuses(t, ns, "prod")
 	waitMarked(t, ns)
 
 	check := func(what string, o *unstructured.Unstructured, err error, want string) {
@@ -186,7 +187,7 @@ func TestRequestedByCannotBeChanged(t *testing.T) {
 	env.createStage(t, ns, "prod", nil)
 	env.createStage(t, ns, "dev", nil)
 	must(t, createPause(env.dev, pause(ns, "hold", "prod", "Manual")))
-	waitRefusedBy(t, env.cluster.UserConfig(kargoCtlToken), ns, "prod", "kargo-latch-pause-gate")
+	waitShippedGateRefuses(t, ns, "prod")
 	waitMarked(t, ns)
 
 	marked, err := driver.CreatePromotion(ctx, env.dev, ns, "prod", "kubernetes:dev")
@@ -203,10 +204,10 @@ func TestRequestedByCannotBeChanged(t *testing.T) {
 	}
 	// The guard is a policy of its own, which the API server may load a
 	// moment after the mark.
-	waitFor(t, "the guard to refuse a change of the mark", func() bool {
+	waitDeniedBy(t, "the guard to refuse a change of the mark", guard, func() error {
 		_, err := env.dyn.Resource(kargo.PromotionsResource).Namespace(ns).Patch(ctx, marked.GetName(), types.MergePatchType,
 			[]byte(mark(kargoShardUser)), metav1.PatchOptions{DryRun: []string{metav1.DryRunAll}})
-		return deniedBy(err, guard)
+		return err
 	})
 	for _, tc := range []struct {
 		what    string

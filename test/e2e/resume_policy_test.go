@@ -56,8 +56,8 @@ func TestResumePolicyExemptsOnlyKubernetesControllers(t *testing.T) {
 	// right is refused by it.
 	// (Dry runs, so that a try made before the policy is live deletes
 	// nothing; admission runs all the same.)
-	waitFor(t, "the resume policy to refuse the resumer", func() bool {
-		return deniedBy(dryRunDeletePause(env.resumer, ns, "hold"), policy)
+	waitDeniedBy(t, "the resume policy to refuse the resumer", policy, func() error {
+		return dryRunDeletePause(env.resumer, ns, "hold")
 	})
 	var denied error
 	// Until its RoleBinding applies, RBAC refuses it (Forbidden, not by

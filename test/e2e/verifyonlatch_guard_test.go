@@ -92,9 +92,9 @@ func TestVerifyOnLatchGuard(t *testing.T) {
 	// First the guard is seen live (a dry run, which admission judges all
 	// the same), so that no refusal below is RBAC's or a stale policy's.
 	dryRun := metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}}
-	waitFor(t, "the guard to refuse a run without kargo-latch's marker", func() bool {
+	waitDeniedBy(t, "the guard to refuse a run without kargo-latch's marker", guard, func() error {
 		_, err := asOperator.Create(ctx, analysisRun("unmarked", without("kargo-latch.io/started-by")), dryRun)
-		return deniedBy(err, guard)
+		return err
 	})
 	for name, labels := range map[string]map[string]string{
 		"no-marker":     without("kargo-latch.io/started-by"),
@@ -133,9 +133,9 @@ func TestVerifyOnLatchGuard(t *testing.T) {
 	// Admission reads the namespace's labels from a cache of its own, which
 	// may not show the label's removal yet: the refusal must come.
 	elsewhere := dynamic.NewForConfigOrDie(operator).Resource(analysisRuns).Namespace(other)
-	waitFor(t, "the guard to refuse the operator a run outside a project", func() bool {
+	waitDeniedBy(t, "the guard to refuse the operator a run outside a project", guard, func() error {
 		_, err := elsewhere.Create(ctx, analysisRun("elsewhere", ours), dryRun)
-		return deniedBy(err, guard)
+		return err
 	})
 
 	patch := func(name string, body map[string]any) error {
