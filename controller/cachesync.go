@@ -239,16 +239,20 @@ func (c *Controller) Ready() error {
 		}
 		return nil
 	}
-	if problems := c.unsyncedProblems(); problems != "" {
+	if problems := c.unsyncedProblems(true); problems != "" {
 		return errors.New("informer caches not synced: " + problems)
 	}
 	return errors.New("informer caches not synced yet")
 }
 
-// unsyncedProblems lists the problems of the caches not synced.
-func (c *Controller) unsyncedProblems() string {
+// unsyncedProblems lists the problems of the caches not synced, those
+// syncing in the background included or not.
+func (c *Controller) unsyncedProblems(background bool) string {
 	var problems []string
 	for _, wc := range c.caches {
+		if wc.background && !background {
+			continue
+		}
 		if text := c.problems.of(wc.name); text != "" && !wc.synced() {
 			problems = append(problems, text)
 		}
@@ -287,7 +291,9 @@ func (c *Controller) waitForCaches(ctx context.Context) error {
 		if ctx.Err() != nil {
 			return ctx.Err()
 		}
-		if why := c.unsyncedProblems(); why != "" {
+		// A background cache never holds back the start, nor is it the
+		// reason the foreground ones are slow.
+		if why := c.unsyncedProblems(false); why != "" {
 			return fmt.Errorf("informer caches did not sync within %v: %s", waited+c.cfg.CacheSyncTimeout, why)
 		}
 		klog.FromContext(ctx).Info("Informer caches still syncing, with no list or watch error reported; waiting on", "after", waited+c.cfg.CacheSyncTimeout)

@@ -230,9 +230,15 @@ func TestOldOperatorUndoingTheCountIsMetWithHeldWrites(t *testing.T) {
 	writes := func() []time.Duration { mu.Lock(); defer mu.Unlock(); return slices.Clone(written) }
 	eu := sc.start("eu", false, func(cfg *Config) { cfg.Clock = clk })
 	contested := func() int { return int(eu.sum(t, "kargo_latch_pause_status_contested_total", "")) }
+	// Every key the pause queue took is done: a hold's requeue (AddAfter,
+	// before Done) is scheduled from the clock as it was, not from a step
+	// the test made while the sync that counted the contest was returning.
+	settled := func() bool {
+		return eu.sum(t, "kargo_latch_workqueue_adds_total", "stagepauses") == eu.sum(t, "kargo_latch_workqueue_work_duration_seconds", "stagepauses")
+	}
 
 	// Three writes, each undone at once: the third undo holds the writes.
-	for deadline := time.Now().Add(10 * time.Second); contested() != 1; time.Sleep(10 * time.Millisecond) {
+	for deadline := time.Now().Add(10 * time.Second); contested() != 1 || !settled(); time.Sleep(10 * time.Millisecond) {
 		if time.Now().After(deadline) {
 			t.Fatalf("no hold within 10s, and %d writes of shard eu's operator against %d of the old one's: a write fight", len(writes()), old())
 		}
@@ -245,7 +251,7 @@ func TestOldOperatorUndoingTheCountIsMetWithHeldWrites(t *testing.T) {
 		clk.Step(10 * time.Second)
 		if due := eu.heldUntil("all"); !clk.Now().Before(due) {
 			n := len(writes())
-			waitUntil(t, func() bool { return len(writes()) == n+1 && contested() == n-1 })
+			waitUntil(t, func() bool { return len(writes()) == n+1 && contested() == n-1 && settled() })
 		}
 	}
 	got := writes()

@@ -212,6 +212,47 @@ func TestStalledPromotionListIsNotReady(t *testing.T) {
 	})
 }
 
+// A Promotion list that fails is not why the other caches are slow: while
+// the Stages' list hangs past CacheSyncTimeout with no error, Start keeps
+// waiting (and says so), and starts once they have synced, instead of
+// giving up with the Promotions' problem.
+func TestFailingPromotionListIsNotWhyTheStartIsSlow(t *testing.T) {
+	logger, ctx := ktesting.NewTestContext(t)
+	client := newFakeDynamic(asObjects(projectHistory(2))...)
+	client.PrependReactor("list", "promotions", func(k8stesting.Action) (bool, runtime.Object, error) {
+		return true, nil, apierrors.NewInternalError(errors.New("etcd is having a bad day"))
+	})
+	var c *Controller
+	logs := logger.GetSink().(ktesting.Underlier).GetBuffer()
+	client.PrependReactor("list", "stages", func(k8stesting.Action) (bool, runtime.Object, error) {
+		// The Stages' list answers once the Promotions' problem is known
+		// and a wait has timed out without a problem of its own (or after
+		// 10 s, when Start has given up by then and the test fails).
+		for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
+			if c.problems.of(selectedCacheName(kargo.PromotionsResource, "", "")) != "" &&
+				strings.Contains(logs.String(), "Informer caches still syncing") {
+				break
+			}
+		}
+		return false, nil, nil
+	})
+	var err error
+	c, err = New(Config{
+		Dynamic: client, Kube: kubefake.NewClientset(), Recorder: record.NewFakeRecorder(100),
+		Defaults:         latch.Settings{LatchDeadline: time.Minute, DegradedGrace: time.Minute},
+		Metrics:          metrics.New(prometheus.NewRegistry(), "test"),
+		CacheSyncTimeout: 50 * time.Millisecond,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(klog.NewContext(ctx, logger))
+	defer cancel()
+	if err := c.Start(ctx); err != nil {
+		t.Fatalf("Start gave up on slow Stages with the Promotions' problem: %v", err)
+	}
+}
+
 func asObjects(us []*unstructured.Unstructured) []runtime.Object {
 	out := make([]runtime.Object, len(us))
 	for i, u := range us {

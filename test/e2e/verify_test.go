@@ -267,13 +267,22 @@ func TestVerifyOnLatchDeletedRunStartsAgainOnce(t *testing.T) {
 func TestVerifyOnLatchExactlyOnceAcrossKills(t *testing.T) {
 	t.Parallel()
 	env.rollouts(t)
-	op, s, freight := latchedUnderAKillableVerifier(t, "1s", 3, "2s")
+	// The run lasts about 10 s, so that the restarted operator names it
+	// while it runs, however slowly a loaded machine starts it.
+	op, s, freight := latchedUnderAKillableVerifier(t, "1s", 6, "2s")
 	waitFor(t, "the run to be made", func() bool { return len(runsOf(t, s)) > 0 })
 	op.kill()
 	must(t, op.launch())
-	waitAnalysis(t, s, "the record to name the run", func(a *latch.Analysis) bool { return a.Run != "" })
-	op.kill()
-	must(t, op.launch())
+	r := waitAnalysis(t, s, "the record to name the run", func(a *latch.Analysis) bool { return a.Run != "" })
+	// Killed while the run runs. A result stored in the same write as the
+	// run's name is not this scenario: its Event, sent after the write,
+	// is as lost to a kill as any Event.
+	if r.Analysis.Terminal() {
+		t.Logf("the run had ended (%s) when the restarted operator named it: no second kill", r.Analysis.Phase)
+	} else {
+		op.kill()
+		must(t, op.launch())
+	}
 	assertVerifiedOnce(t, s, freight)
 }
 

@@ -69,6 +69,20 @@ func TestRollingUpdateKeepsEveryPromise(t *testing.T) {
 	waitFor(t, "the rollout to "+newTag+" during the churn", rolloutLimit, func() (bool, error) {
 		return rolledOut(ctx, newTag), nil
 	})
+	// An old Pod counts as gone once it is terminating, and may lead until
+	// the kubelet stops it: the failures counted from here come once a Pod
+	// of the new image leads.
+	waitFor(t, "a Pod of "+newTag+" to lead", failoverLimit, func() (bool, error) {
+		name, err := env.leader(ctx)
+		if err != nil || name == "" {
+			return false, err
+		}
+		p, err := env.kube.CoreV1().Pods(releaseNS).Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			return false, err
+		}
+		return p.DeletionTimestamp == nil && p.Spec.Containers[0].Image == env.repository+":"+newTag, nil
+	})
 	failing.waitFailedSince(t, time.Now())
 	failures := failing.finish(t)
 	t.Logf("the rollout was over after %.1fs", time.Since(started).Seconds())
