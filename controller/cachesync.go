@@ -239,8 +239,11 @@ func (c *Controller) Ready() error {
 		}
 		return nil
 	}
-	if problems := c.unsyncedProblems(true); problems != "" {
+	if problems := c.unsyncedProblems(false); problems != "" {
 		return errors.New("informer caches not synced: " + problems)
+	}
+	if problems := c.unsyncedProblems(true); problems != "" {
+		return errors.New("informer caches not synced yet; the Promotions' (which do not hold back the start) cannot list: " + problems)
 	}
 	return errors.New("informer caches not synced yet")
 }
@@ -296,6 +299,6 @@ func (c *Controller) waitForCaches(ctx context.Context) error {
 		if why := c.unsyncedProblems(false); why != "" {
 			return fmt.Errorf("informer caches did not sync within %v: %s", waited+c.cfg.CacheSyncTimeout, why)
 		}
-		klog.FromContext(ctx).Info("Informer caches still syncing, with no list or watch error reported; waiting on", "after", waited+c.cfg.CacheSyncTimeout)
+		klog.FromContext(ctx).Info("Informer caches still syncing, with no list or watch error of theirs reported; waiting on", "after", waited+c.cfg.CacheSyncTimeout, "background", c.unsyncedProblems(true))
 	}
 }

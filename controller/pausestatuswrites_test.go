@@ -233,8 +233,11 @@ func TestOldOperatorUndoingTheCountIsMetWithHeldWrites(t *testing.T) {
 	// Every key the pause queue took is done: a hold's requeue (AddAfter,
 	// before Done) is scheduled from the clock as it was, not from a step
 	// the test made while the sync that counted the contest was returning.
+	// (Work done is read first: both only grow, and work done never
+	// exceeds adds, so equal values prove a settled instant between.)
 	settled := func() bool {
-		return eu.sum(t, "kargo_latch_workqueue_adds_total", "stagepauses") == eu.sum(t, "kargo_latch_workqueue_work_duration_seconds", "stagepauses")
+		done := eu.sum(t, "kargo_latch_workqueue_work_duration_seconds", "stagepauses")
+		return eu.sum(t, "kargo_latch_workqueue_adds_total", "stagepauses") == done
 	}
 
 	// Three writes, each undone at once: the third undo holds the writes.
