@@ -55,8 +55,8 @@ func failureOf(s *kargo.Stage) failure {
 	if lp := st.LastPromotion; lp != nil && latch.PromotionPhase(lp.Phase).FailsCycle() {
 		f.promotion = lp.Name + "\x00" + lp.Phase
 	}
-	if v := st.Verification; v != nil && (&latch.Verification{ID: v.ID, Phase: latch.VerificationPhase(v.Phase), Message: v.Message}).FailsCycle() {
-		f.verification = v.ID + "\x00" + v.Phase
+	if v := verificationOf(st.Verification); v != nil && v.FailsCycle() {
+		f.verification = v.ID + "\x00" + string(v.Phase)
 	}
 	return f
 }

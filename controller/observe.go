@@ -36,8 +36,14 @@ func observe(s *kargo.Stage, previous latch.Health) (obs latch.Observation, unkn
 		}
 		obs.HealthChecks = lp.HealthChecks
 	}
-	if v := st.Verification; v != nil {
-		obs.Verification = &latch.Verification{ID: v.ID, Phase: latch.VerificationPhase(v.Phase), Message: v.Message, Run: v.Run}
-	}
+	obs.Verification = verificationOf(st.Verification)
 	return obs, unknown
+}
+
+// verificationOf is the latch's view of Kargo's current verification.
+func verificationOf(v *kargo.VerificationInfo) *latch.Verification {
+	if v == nil {
+		return nil
+	}
+	return &latch.Verification{ID: v.ID, Phase: latch.VerificationPhase(v.Phase), Message: v.Message, Run: v.Run}
 }

@@ -188,19 +188,7 @@ func TestPromotionCacheReadiness(t *testing.T) {
 // once it has failed for CacheSyncTimeout after the other caches synced.
 func TestStalledPromotionListIsNotReady(t *testing.T) {
 	logger, ctx := ktesting.NewTestContext(t)
-	client := newFakeDynamic(asObjects(projectHistory(2))...)
-	client.PrependReactor("list", "promotions", func(k8stesting.Action) (bool, runtime.Object, error) {
-		return true, nil, apierrors.NewInternalError(errors.New("etcd is having a bad day"))
-	})
-	c, err := New(Config{
-		Dynamic: client, Kube: kubefake.NewClientset(), Recorder: record.NewFakeRecorder(100),
-		Defaults:         latch.Settings{LatchDeadline: time.Minute, DegradedGrace: time.Minute},
-		Metrics:          metrics.New(prometheus.NewRegistry(), "test"),
-		CacheSyncTimeout: 300 * time.Millisecond,
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
+	c := withFailingPromotionList(t, 300*time.Millisecond)
 	ctx, cancel := context.WithCancel(klog.NewContext(ctx, logger))
 	defer cancel()
 	if err := c.Start(ctx); err != nil {
@@ -219,19 +207,7 @@ func TestStalledPromotionListIsNotReady(t *testing.T) {
 func TestFailingPromotionListIsNotWhyTheStartIsSlow(t *testing.T) {
 	logger := ktesting.NewLogger(t, ktesting.NewConfig(ktesting.BufferLogs(true)))
 	logs := logger.GetSink().(ktesting.Underlier).GetBuffer()
-	client := newFakeDynamic(asObjects(projectHistory(2))...)
-	client.PrependReactor("list", "promotions", func(k8stesting.Action) (bool, runtime.Object, error) {
-		return true, nil, apierrors.NewInternalError(errors.New("etcd is having a bad day"))
-	})
-	c, err := New(Config{
-		Dynamic: client, Kube: kubefake.NewClientset(), Recorder: record.NewFakeRecorder(100),
-		Defaults:         latch.Settings{LatchDeadline: time.Minute, DegradedGrace: time.Minute},
-		Metrics:          metrics.New(prometheus.NewRegistry(), "test"),
-		CacheSyncTimeout: 50 * time.Millisecond,
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
+	c := withFailingPromotionList(t, 50*time.Millisecond)
 	// The hold is in the Stage informer's transform, which runs after the
 	// fake client has answered (its reactors run under one lock, which
 	// would hold the Promotions' list too): the Stages' cache syncs once
@@ -257,6 +233,26 @@ func TestFailingPromotionListIsNotWhyTheStartIsSlow(t *testing.T) {
 	if !strings.Contains(logs.String(), "Informer caches still syncing") {
 		t.Fatal("Start never waited on: the scenario did not happen")
 	}
+}
+
+// withFailingPromotionList is a controller, not started, of a project whose
+// Promotion list always fails with an error nobody can diagnose (a 500).
+func withFailingPromotionList(t *testing.T, cacheSyncTimeout time.Duration) *Controller {
+	t.Helper()
+	client := newFakeDynamic(asObjects(projectHistory(2))...)
+	client.PrependReactor("list", "promotions", func(k8stesting.Action) (bool, runtime.Object, error) {
+		return true, nil, apierrors.NewInternalError(errors.New("etcd is having a bad day"))
+	})
+	c, err := New(Config{
+		Dynamic: client, Kube: kubefake.NewClientset(), Recorder: record.NewFakeRecorder(100),
+		Defaults:         latch.Settings{LatchDeadline: time.Minute, DegradedGrace: time.Minute},
+		Metrics:          metrics.New(prometheus.NewRegistry(), "test"),
+		CacheSyncTimeout: cacheSyncTimeout,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
 }
 
 func asObjects(us []*unstructured.Unstructured) []runtime.Object {

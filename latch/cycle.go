@@ -1,6 +1,9 @@
 package latch
 
-import "fmt"
+import (
+	"fmt"
+	"strings"
+)
 
 // newFailure reports whether a failed promotion found on a Stage without a
 // record is new: the Stage was created, and the promotion finished, within
@@ -51,13 +54,24 @@ func promotionFailure(lp *Promotion) (FailureReason, string, bool) {
 	if lp == nil {
 		return "", "", false
 	}
-	switch lp.Phase {
-	case PromotionFailed:
-		return ReasonPromotionFailed, fmt.Sprintf("Promotion %s failed", lp.Name), true
-	case PromotionErrored:
-		return ReasonPromotionErrored, fmt.Sprintf("Promotion %s errored", lp.Name), true
+	reason, ok := promotionFailureReason(lp.Phase)
+	if !ok {
+		return "", "", false
 	}
-	return "", "", false
+	return reason, fmt.Sprintf("Promotion %s %s", lp.Name, strings.ToLower(string(lp.Phase))), true
+}
+
+// promotionFailureReason is why a last promotion in phase p fails its
+// cycle, if it does: the judgement without the message, which the queue's
+// ordering asks on every Stage update.
+func promotionFailureReason(p PromotionPhase) (FailureReason, bool) {
+	switch p {
+	case PromotionFailed:
+		return ReasonPromotionFailed, true
+	case PromotionErrored:
+		return ReasonPromotionErrored, true
+	}
+	return "", false
 }
 
 func (m *machine) startCycle(lp *Promotion) {

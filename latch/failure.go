@@ -111,14 +111,14 @@ func bounded(msg string) string {
 // FailsCycle reports whether a last promotion in phase p fails its cycle
 // (as promotionFailure judges it).
 func (p PromotionPhase) FailsCycle() bool {
-	_, _, fails := promotionFailure(&Promotion{Phase: p})
+	_, fails := promotionFailureReason(p)
 	return fails
 }
 
 // FailsCycle reports whether Kargo's verification v fails the cycle (as
 // examineVerification judges it): not one a person aborted.
 func (v *Verification) FailsCycle() bool {
-	_, _, fails := verificationFailure(v)
+	_, fails := verificationFailureReason(v)
 	return fails
 }
 

@@ -18,18 +18,32 @@ func (m *machine) examineVerification() {
 }
 
 func verificationFailure(v *Verification) (FailureReason, string, bool) {
-	if !v.terminal() {
+	reason, ok := verificationFailureReason(v)
+	if !ok {
 		return "", "", false
+	}
+	outcome := "failed"
+	if reason == ReasonVerificationError {
+		outcome = "errored"
+	}
+	return reason, withDetail("verification "+v.ID+" "+outcome, v.Message), true
+}
+
+// verificationFailureReason is why Kargo's verification v fails the cycle,
+// if it does (not one a person aborted): the judgement without the message.
+func verificationFailureReason(v *Verification) (FailureReason, bool) {
+	if !v.terminal() {
+		return "", false
 	}
 	switch {
 	case v.Phase == VerificationFailed && v.Message == UserAbortMessage:
-		return "", "", false
+		return "", false
 	case v.Phase == VerificationFailed:
-		return ReasonVerificationFailed, withDetail("verification "+v.ID+" failed", v.Message), true
+		return ReasonVerificationFailed, true
 	case v.Phase == VerificationError:
-		return ReasonVerificationError, withDetail("verification "+v.ID+" errored", v.Message), true
+		return ReasonVerificationError, true
 	}
-	return "", "", false
+	return "", false
 }
 
 func (m *machine) pushVerification(phase VerificationPhase, start time.Time, msg string) {

@@ -42,18 +42,8 @@ func TestExactlyOncePauseAcrossKills(t *testing.T) {
 	var restartErr error
 	killer.Go(func() {
 		for i := 0; ; i++ {
-			// Every other run is killed only once it has synced a Stage, so
-			// that the scenario progresses however slowly a loaded machine
-			// starts the process; the others die at any moment, start-up
-			// included.
-			if i%2 == 1 {
-				for w, err := op.work(); err != nil || w.syncs < 1; w, err = op.work() {
-					select {
-					case <-stop:
-						return
-					case <-time.After(25 * time.Millisecond):
-					}
-				}
+			if i%2 == 1 && !op.awaitSync(stop) {
+				return
 			}
 			select {
 			case <-stop:

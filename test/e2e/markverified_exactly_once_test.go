@@ -49,21 +49,10 @@ func TestMarkVerifiedExactlyOnceAcrossKills(t *testing.T) {
 	go func() { wg.Wait(); close(done) }()
 	// Kills come often, so that some land inside a mark: a restarted
 	// operator needs about 100 ms to list and watch before it acts again.
-	// Every other run is killed only once it has synced a Stage, so that
-	// the cycles progress however slowly a loaded machine starts it.
 	kills, began := 0, time.Now()
 	for i, running := 0, true; running; i++ {
-		if i%2 == 1 {
-			for w, err := op.work(); running && (err != nil || w.syncs < 1); w, err = op.work() {
-				select {
-				case <-done:
-					running = false
-				case <-time.After(25 * time.Millisecond):
-				}
-			}
-			if !running {
-				break
-			}
+		if i%2 == 1 && !op.awaitSync(done) {
+			break
 		}
 		select {
 		case <-done:

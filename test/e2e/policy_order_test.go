@@ -94,12 +94,6 @@ func installReloadPolicy() error {
 // there too, and only the rule about Kargo's controllers can refuse.
 func waitMayUpdateProjectConfig(t *testing.T, user, ns string) {
 	t.Helper()
-	waitFor(t, user+" to be allowed to update the ProjectConfig of "+ns, func() bool {
-		sar, err := env.kube.AuthorizationV1().SubjectAccessReviews().Create(ctx, &authorizationv1.SubjectAccessReview{Spec: authorizationv1.SubjectAccessReviewSpec{
-			User: user, Groups: []string{"system:authenticated"},
-			ResourceAttributes: &authorizationv1.ResourceAttributes{Namespace: ns, Name: ns, Verb: "update", Group: kargoGroup, Resource: "projectconfigs"},
-		}}, metav1.CreateOptions{})
-		must(t, err)
-		return sar.Status.Allowed
-	})
+	update := authorizationv1.ResourceAttributes{Namespace: ns, Name: ns, Verb: "update", Group: kargoGroup, Resource: "projectconfigs"}
+	waitFor(t, user+" to be allowed to update the ProjectConfig of "+ns, func() bool { return mayUser(t, user, update) })
 }

@@ -12,6 +12,7 @@ import (
 	"sync"
 	"syscall"
 	"testing"
+	"time"
 
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
@@ -184,6 +185,22 @@ func (p *process) work() (work, error) {
 		return work{}, errors.New("the process serves no metrics (see newMeteredProcess)")
 	}
 	return p.metrics.work()
+}
+
+// awaitSync waits until the process, in its current run, has synced a
+// Stage, and reports true; or false once stop is closed. A kill loop lets
+// every other run get that far, so that its scenario progresses however
+// slowly a loaded machine starts the process; the other runs die at any
+// moment, start-up included.
+func (p *process) awaitSync(stop <-chan struct{}) bool {
+	for w, err := p.work(); err != nil || w.syncs < 1; w, err = p.work() {
+		select {
+		case <-stop:
+			return false
+		case <-time.After(25 * time.Millisecond):
+		}
+	}
+	return true
 }
 
 // caughtUp waits until the process, in its current run, has synced and is
