@@ -44,7 +44,9 @@ func (c *Controller) updateStage(oldObj, newObj any) {
 // during every promotion. It only orders the queue; the latch judges the
 // sync as any other, so a mistaken mark costs other Stages a little
 // latency and nothing more.
-type failure struct{ promotion, verification string }
+type failure struct{ promotion, verification [2]string } // name or ID, and phase
+
+var noFailure [2]string
 
 func failureOf(s *kargo.Stage) failure {
 	var f failure
@@ -53,10 +55,10 @@ func failureOf(s *kargo.Stage) failure {
 		return f
 	}
 	if lp := st.LastPromotion; lp != nil && latch.PromotionPhase(lp.Phase).FailsCycle() {
-		f.promotion = lp.Name + "\x00" + lp.Phase
+		f.promotion = [2]string{lp.Name, lp.Phase}
 	}
 	if v := verificationOf(st.Verification); v != nil && v.FailsCycle() {
-		f.verification = v.ID + "\x00" + string(v.Phase)
+		f.verification = [2]string{v.ID, string(v.Phase)}
 	}
 	return f
 }
@@ -64,8 +66,8 @@ func failureOf(s *kargo.Stage) failure {
 // showsNewFailure reports whether n shows a failure that o did not.
 func showsNewFailure(o, n *kargo.Stage) bool {
 	was, is := failureOf(o), failureOf(n)
-	return is.promotion != "" && is.promotion != was.promotion ||
-		is.verification != "" && is.verification != was.verification
+	return is.promotion != noFailure && is.promotion != was.promotion ||
+		is.verification != noFailure && is.verification != was.verification
 }
 
 func sameView(a, b *kargo.Stage) bool {

@@ -193,3 +193,22 @@ func TestRunThatJustFailedIsUrgent(t *testing.T) {
 		}
 	}
 }
+
+// BenchmarkShowsNewFailure measures the urgent lane's question on every
+// Stage update, for a Stage whose last promotion failed and whose
+// verification errored (their judgements stay in its status until the next
+// promotion): it formats no message and allocates nothing.
+func BenchmarkShowsNewFailure(b *testing.B) {
+	stage := func(health string) *kargo.Stage {
+		return &kargo.Stage{Status: &kargo.StageStatus{Health: health,
+			LastPromotion: &kargo.PromotionReference{Name: "prod.abc", Phase: "Failed"},
+			Verification:  &kargo.VerificationInfo{ID: "v1", Phase: "Error", Message: "boom"}}}
+	}
+	o, n := stage("Healthy"), stage("Progressing")
+	b.ReportAllocs()
+	for b.Loop() {
+		if showsNewFailure(o, n) {
+			b.Fatal("a health flap shows no new failure")
+		}
+	}
+}
