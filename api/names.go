@@ -60,11 +60,25 @@ const (
 	ReasonVerificationSucceeded  = "VerificationSucceeded"
 	ReasonVerificationFailed     = "VerificationFailed"
 	ReasonVerificationTerminated = "VerificationTerminated"
+	// ReasonVerificationCutShort: kargo-latch took a run of its own out of
+	// Kargo's lookup before its result.
+	ReasonVerificationCutShort = "VerificationCutShort"
+	// ReasonVerificationAbortRequested: kargo-latch asked Kargo to abort
+	// its verification of a run Kargo adopted.
+	ReasonVerificationAbortRequested = "VerificationAbortRequested"
 	// Warnings: what kept an analysis from running. None of them pauses.
 	ReasonVerificationUnsupported = "VerificationUnsupported"
 	ReasonVerificationNotPickedUp = "VerificationNotPickedUp"
 	ReasonVerificationRunDeleted  = "VerificationRunDeleted"
 	ReasonVerificationForbidden   = "VerificationForbidden"
+	// ReasonVerificationUnavailable: verify-on-latch is off for the Stage's
+	// project because the operator cannot watch its AnalysisRuns there
+	// (Argo Rollouts' CRDs missing, no rights in the project); it turns on
+	// again by itself once that is fixed.
+	ReasonVerificationUnavailable = "VerificationUnavailable"
+	// ReasonVerificationLeftToKargo: the Stage carries Kargo's reverify
+	// token, so kargo-latch starts no run (Kargo skips its lookup then).
+	ReasonVerificationLeftToKargo = "VerificationLeftToKargo"
 )
 
 // ReasonGateBypassed is the Warning on a Stage when an auto-promotion to it

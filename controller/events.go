@@ -38,9 +38,11 @@ func (c *Controller) afterStore(stage *kargo.Stage, pauses []*v1alpha1.StagePaus
 		case latch.ActionResumed:
 			c.report.Event(stage, corev1.EventTypeNormal, api.ReasonStageResumed, resumedMessage(stage))
 			c.cfg.Metrics.ResumesTotal.WithLabelValues(ns, name).Inc()
-		case latch.ActionVerificationStarted, latch.ActionVerificationFinished, latch.ActionVerificationNotPickedUp, latch.ActionVerificationRunDeleted:
+		case latch.ActionVerificationStarted, latch.ActionVerificationFinished, latch.ActionVerificationNotPickedUp, latch.ActionVerificationRunDeleted,
+			latch.ActionAbortInKargo, latch.ActionVerificationLeftToKargo:
 			c.reportVerification(stage, a)
-		case latch.ActionCycleStarted, latch.ActionCreatePause, latch.ActionMarkVerified, latch.ActionStartVerification, latch.ActionTerminateRun:
+		case latch.ActionCycleStarted, latch.ActionCreatePause, latch.ActionMarkVerified, latch.ActionStartVerification, latch.ActionTerminateRun,
+			latch.ActionCutShortRun:
 			// Kargo announces promotions itself; a new pause is reported
 			// when it takes effect (Paused).
 		}

@@ -63,6 +63,9 @@ func (c *Controller) execute(ctx context.Context, s *snapshot, p plan) (time.Dur
 		return 0, err
 	}
 
+	if p.result.Has(latch.ActionVerificationNotPickedUp) && !s.leftAlone {
+		c.explainPickup(ctx, s, &p.result)
+	}
 	// 3. Events and metrics, once the record that they report is stored. An
 	// Event the API refused holds back neither the release nor the mark:
 	// the announcement is retried on its own (see announce).
@@ -76,8 +79,8 @@ func (c *Controller) execute(ctx context.Context, s *snapshot, p plan) (time.Dur
 	if err := c.releasePauses(ctx, p.release); err != nil {
 		return 0, err
 	}
-	// 4b. Runs no cycle needs any more stopped, the record saying why.
-	if err := c.terminateRuns(ctx, s, p.terminate); err != nil {
+	// 4b. Runs no cycle needs any more ended, the record saying why.
+	if err := c.endRuns(ctx, s, p.endRuns); err != nil {
 		return 0, err
 	}
 	// 5. The mark, judged again on the stored view.
@@ -99,7 +102,8 @@ func (c *Controller) execute(ctx context.Context, s *snapshot, p plan) (time.Dur
 	if after := p.result.RequeueAfter; after > 0 {
 		klog.FromContext(ctx).V(4).Info("Time-based transition pending", "phase", p.result.Record.Phase, "after", after)
 	}
-	return latch.Earliest(p.result.RequeueAfter, statusCheck, m.mark.RetryIn(s.now), c.verifyRetryIn(s)), nil
+	c.requeueRetry(s.key, c.verifyRetryIn(s))
+	return latch.Earliest(p.result.RequeueAfter, statusCheck, m.mark.RetryIn(s.now)), nil
 }
 
 // drainBeside drains a Stage as planned, concurrently with the caller's

@@ -13,6 +13,8 @@ import (
 // that it can be reported.
 func observe(s *kargo.Stage, previous latch.Health) (obs latch.Observation, unknown string) {
 	obs.Stage, obs.PreviousHealth = s.Name, previous
+	obs.AbortRequested = kargo.RequestTokenID(s.Annotations[kargo.AbortAnnotation])
+	obs.Reverify = kargo.RequestTokenID(s.Annotations[kargo.ReverifyAnnotation]) != ""
 	st := s.Status
 	if st == nil {
 		return obs, ""
@@ -45,5 +47,5 @@ func verificationOf(v *kargo.VerificationInfo) *latch.Verification {
 	if v == nil {
 		return nil
 	}
-	return &latch.Verification{ID: v.ID, Phase: latch.VerificationPhase(v.Phase), Message: v.Message, Run: v.Run}
+	return &latch.Verification{ID: v.ID, Phase: latch.VerificationPhase(v.Phase), Message: v.Message, Run: v.Run, Actor: v.Actor}
 }

@@ -42,9 +42,10 @@ type plan struct {
 	// release are held pauses to let go once the record that shows their
 	// resume is stored.
 	release []*v1alpha1.StagePause
-	// terminate are kargo-latch's runs that no live cycle needs: stopped
-	// once the record that says why is stored.
-	terminate []latch.Action
+	// endRuns are kargo-latch's runs that no live cycle needs: cut short
+	// (out of Kargo's lookup) or terminated, once the record that says why
+	// is stored.
+	endRuns []latch.Action
 	// mark are the Freight whose mark is due once the latch is stored
 	// (their reads start beside the store).
 	mark []string
@@ -62,8 +63,8 @@ func judge(s *snapshot) plan {
 	p := plan{result: res, release: s.held}
 	for _, a := range res.Actions {
 		switch {
-		case a.Kind == latch.ActionTerminateRun:
-			p.terminate = append(p.terminate, a)
+		case a.Kind == latch.ActionCutShortRun || a.Kind == latch.ActionTerminateRun:
+			p.endRuns = append(p.endRuns, a)
 		case a.Kind == latch.ActionStartVerification && !s.dryRun:
 			p.startRun = &a
 		case a.Kind != latch.ActionCreatePause:
@@ -118,6 +119,12 @@ func stageWriteFor(s *snapshot, res latch.Result) *stageWrite {
 		} else {
 			w.labels[api.PausedLabel] = nil
 		}
+	}
+	if a, ok := res.Action(latch.ActionAbortInKargo); ok && !s.dryRun {
+		// Kargo's own request token: Kargo aborts the verification that
+		// follows kargo-latch's run, and records Failed itself. Written
+		// with the record that says it was asked, so it is asked once.
+		w.annotations[kargo.AbortAnnotation] = a.VerificationID
 	}
 	if res.Has(latch.ActionResumed) {
 		// Kargo re-attempts auto-promotion at once instead of at its next

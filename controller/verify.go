@@ -19,68 +19,29 @@ import (
 )
 
 // verifyRetry is how long a refused start of a cycle's run (a template
-// missing, an argument kargo-latch cannot evaluate, a right missing) waits
-// before it is tried again: the Stage's fix may be in a template, whose
-// changes bring no event.
-const verifyRetry = time.Minute
+// missing, an argument kargo-latch cannot evaluate, a right missing) first
+// waits before it is tried again: the Stage's fix may be in a template,
+// whose changes bring no event. Each further refusal in the cycle doubles
+// the wait, up to verifyRetryMax: a start costs about five live reads.
+const (
+	verifyRetry    = time.Minute
+	verifyRetryMax = 30 * time.Minute
+)
 
-// watchRuns makes the informer of kargo-latch's own AnalysisRuns in ns
-// (verify-on-latch): a run's change syncs the Stage it verifies.
-func (c *Controller) watchRuns(ns string) error {
-	runs := c.selectedDynamicInformer(verification.AnalysisRunsResource, ns, verification.OwnRunsSelector, 0)
-	if err := runs.AddIndexers(cache.Indexers{verification.StageIndex: verification.IndexByStage}); err != nil {
-		return fmt.Errorf("adding the AnalysisRun index: %w", err)
+// verifyBackoff is the wait after the n-th refused start of a cycle.
+func verifyBackoff(n int) time.Duration {
+	d := verifyRetry
+	for i := 1; i < n && d < verifyRetryMax; i++ {
+		d *= 2
 	}
-	if err := c.prepareSelected(verification.AnalysisRunsResource, ns, verification.OwnRunsSelector, runs, verification.TransformRun); err != nil {
-		return err
-	}
-	// A run that has just failed fails its cycle: its Stage owes a pause,
-	// and goes before the others (handlers.go).
-	enqueue := func(oldObj, obj any) {
-		if tomb, ok := obj.(cache.DeletedFinalStateUnknown); ok {
-			obj = tomb.Obj
-		}
-		u, ok := obj.(*unstructured.Unstructured)
-		if !ok || verification.StageOf(u) == "" {
-			return
-		}
-		key := cache.NewObjectName(u.GetNamespace(), verification.StageOf(u))
-		if o, ok := oldObj.(*unstructured.Unstructured); ok && runFailedNow(o, u) {
-			c.enqueueUrgent(key)
-			return
-		}
-		c.enqueue(key)
-	}
-	if _, err := runs.AddEventHandler(cache.ResourceEventHandlerFuncs{
-		AddFunc: func(obj any) { enqueue(nil, obj) }, UpdateFunc: enqueue, DeleteFunc: func(obj any) { enqueue(nil, obj) },
-	}); err != nil {
-		return fmt.Errorf("adding an event handler: %w", err)
-	}
-	c.runInformers[ns] = runs
-	return nil
-}
-
-// cachedRuns are the cached runs kargo-latch made for a Stage.
-func (c *Controller) cachedRuns(ns, stage string) []latch.Run {
-	inf := c.informerFor(c.runInformers, ns)
-	if inf == nil {
-		return nil
-	}
-	objs, _ := inf.GetIndexer().ByIndex(verification.StageIndex, verification.StageKey(ns, stage))
-	var runs []latch.Run
-	for _, obj := range objs {
-		if u, ok := obj.(*unstructured.Unstructured); ok && verification.StageOf(u) == stage {
-			runs = append(runs, verification.RunFrom(u))
-		}
-	}
-	return runs
+	return min(d, verifyRetryMax)
 }
 
 // observeRuns puts the Stage's runs into a snapshot. A run the record
 // follows that the cache lacks is read live: a run just made may not be
 // cached yet, and only the API server can say it was deleted.
 func (c *Controller) observeRuns(ctx context.Context, s *snapshot) error {
-	if s.leftAlone || c.runInformers == nil {
+	if s.leftAlone || !c.watchesRunsIn(s.key.Namespace) {
 		return nil
 	}
 	ns, stage := s.key.Namespace, s.key.Name
@@ -141,7 +102,8 @@ func (c *Controller) startVerification(ctx context.Context, s *snapshot, p plan)
 
 // verificationRefused reports a start that failed. What kargo-latch cannot
 // build exactly as Kargo would, and a missing right, are Warnings, once per
-// cycle and message, retried after verifyRetry; they never pause. Anything
+// cycle and message, retried with a backoff (verifyBackoff) that is no
+// transition of the latch: out of the urgent lane. They never pause. Anything
 // else is an error the sync retries.
 func (c *Controller) verificationRefused(ctx context.Context, s *snapshot, err error) error {
 	m := s.memo
@@ -153,7 +115,11 @@ func (c *Controller) verificationRefused(ctx context.Context, s *snapshot, err e
 		return err
 	}
 	cycle := s.prior.Cycle()
-	m.verifyRefusedCycle, m.verifyRetryAt = cycle, s.now.Add(verifyRetry)
+	if m.verifyRefusedCycle != cycle {
+		m.verifyRefusals = 0
+	}
+	m.verifyRefusals++
+	m.verifyRefusedCycle, m.verifyRetryAt = cycle, s.now.Add(verifyBackoff(m.verifyRefusals))
 	if warnOnce(&m.verifyRefused, cycle+"\x00"+err.Error()) {
 		c.report.Warn(s.stage, reason, "Not starting the Stage's verification: %v", err)
 		c.cfg.Metrics.VerificationProblems.WithLabelValues(s.key.Namespace, s.key.Name, reason).Inc()
@@ -162,12 +128,14 @@ func (c *Controller) verificationRefused(ctx context.Context, s *snapshot, err e
 	return nil
 }
 
-// terminateRuns stops the runs no live cycle needs, once each: the patch is
-// not made again while the cache has yet to show it. A run cannot be
-// started again, so the judgement is made again on the Stage as the API
-// server has it: the cache of runs may show a run this replica just made
-// while the cached Stage is still behind the record that names it.
-func (c *Controller) terminateRuns(ctx context.Context, s *snapshot, runs []latch.Action) error {
+// endRuns ends the runs no live cycle needs, each step once: the patch is
+// not made again while the cache has yet to show it. A run cut short or
+// terminated cannot be started again, so the judgement is made again on
+// the Stage as the API server has it: the cache of runs may show a run
+// this replica just made while the cached Stage is still behind the record
+// that names it, and a run is terminated only while Kargo's status, read
+// live, does not follow it (latch/cutshort.go).
+func (c *Controller) endRuns(ctx context.Context, s *snapshot, runs []latch.Action) error {
 	if len(runs) == 0 {
 		return nil
 	}
@@ -176,27 +144,70 @@ func (c *Controller) terminateRuns(ctx context.Context, s *snapshot, runs []latc
 		return err
 	}
 	if fresh != s {
-		runs = judge(fresh).terminate
+		runs = judge(fresh).endRuns
 	}
 	stage, m := s.stage, s.memo
 	for _, a := range runs {
-		if slices.Contains(m.terminated, a.Run) {
+		step := string(a.Kind) + "/" + a.Run
+		if slices.Contains(m.runsEnded, step) {
 			continue
 		}
 		if c.cfg.DryRun {
-			klog.FromContext(ctx).Info("Dry run: would terminate AnalysisRun", "analysisRun", a.Run)
+			klog.FromContext(ctx).Info("Dry run: would end AnalysisRun", "analysisRun", a.Run, "step", a.Kind, "why", a.Message)
 			continue
 		}
-		if err := c.starter.Terminate(ctx, stage.Namespace, a.Run); err != nil {
+		if a.Kind == latch.ActionTerminateRun {
+			followed, err := c.kargoFollows(ctx, s.key, a.Run)
+			if err != nil || followed {
+				// Kargo adopted it meanwhile: it is Kargo's, and the sync
+				// that sees it in the cache asks Kargo to abort it.
+				return err
+			}
+		}
+		reason := api.ReasonVerificationTerminated
+		if a.Kind == latch.ActionCutShortRun {
+			reason = api.ReasonVerificationCutShort
+			if err := c.starter.CutShort(ctx, stage.Namespace, a.Run, a.Message, c.clock.Now()); err != nil {
+				return fmt.Errorf("taking AnalysisRun %s out of Kargo's lookup: %w", a.Run, err)
+			}
+		} else if err := c.starter.Terminate(ctx, stage.Namespace, a.Run); err != nil {
 			return fmt.Errorf("terminating AnalysisRun %s: %w", a.Run, err)
 		}
-		m.terminated = append(m.terminated, a.Run)
-		c.report.Event(stage, corev1.EventTypeNormal, api.ReasonVerificationTerminated, a.Message)
+		m.runsEnded = append(m.runsEnded, step)
+		msg := a.Message
+		if a.Kind == latch.ActionCutShortRun {
+			msg = "AnalysisRun " + a.Run + " taken out of Kargo's lookup, so that Kargo never adopts it: " + a.Message
+		}
+		c.report.Event(stage, corev1.EventTypeNormal, reason, msg)
 	}
-	if len(m.terminated) > 8 {
-		m.terminated = m.terminated[len(m.terminated)-8:]
+	if len(m.runsEnded) > 16 {
+		m.runsEnded = m.runsEnded[len(m.runsEnded)-16:]
 	}
 	return nil
+}
+
+// kargoFollows reads the Stage live and reports whether Kargo's current
+// verification follows run: the last check before a run cut short is
+// terminated, whatever the cache shows (a terminated run that Kargo
+// follows would pass in Kargo).
+func (c *Controller) kargoFollows(ctx context.Context, key cache.ObjectName, run string) (bool, error) {
+	stage, err := c.liveStage(ctx, key)
+	if err != nil || stage == nil || stage.Status == nil {
+		// A Stage gone (or left to another shard) verifies nothing.
+		return false, err
+	}
+	v := stage.Status.Verification
+	return v != nil && v.Run == run, nil
+}
+
+// explainPickup adds to a run's VerificationNotPickedUp the likely cause,
+// read live: the runs' controller-instance-id against Kargo's own runs.
+func (c *Controller) explainPickup(ctx context.Context, s *snapshot, res *latch.Result) {
+	for i, a := range res.Actions {
+		if a.Kind == latch.ActionVerificationNotPickedUp {
+			res.Actions[i].Message = a.Message + "; " + c.starter.PickupHint(ctx, s.key.Namespace)
+		}
+	}
 }
 
 // reportVerification reports the actions of verify-on-latch as Events and
@@ -219,12 +230,26 @@ func (c *Controller) reportVerification(stage *kargo.Stage, a latch.Action) {
 		default:
 			c.report.Event(stage, corev1.EventTypeWarning, api.ReasonVerificationFailed, a.Message)
 		}
+	case latch.ActionAbortInKargo:
+		c.report.Event(stage, corev1.EventTypeNormal, api.ReasonVerificationAbortRequested, a.Message)
+	case latch.ActionVerificationLeftToKargo:
+		c.report.Event(stage, corev1.EventTypeWarning, api.ReasonVerificationLeftToKargo, a.Message)
+		c.cfg.Metrics.VerificationProblems.WithLabelValues(ns, name, api.ReasonVerificationLeftToKargo).Inc()
 	case latch.ActionVerificationNotPickedUp:
 		c.report.Event(stage, corev1.EventTypeWarning, api.ReasonVerificationNotPickedUp, a.Message)
 		c.cfg.Metrics.VerificationProblems.WithLabelValues(ns, name, api.ReasonVerificationNotPickedUp).Inc()
 	case latch.ActionVerificationRunDeleted:
 		c.report.Event(stage, corev1.EventTypeWarning, api.ReasonVerificationRunDeleted, a.Message)
 		c.cfg.Metrics.VerificationProblems.WithLabelValues(ns, name, api.ReasonVerificationRunDeleted).Inc()
+	}
+}
+
+// requeueRetry syncs the Stage again after d, in the plain lane: a retry
+// of a refused start owes no pause, and must not go before Stages that do
+// (a due time-based transition of the latch goes in the urgent lane).
+func (c *Controller) requeueRetry(key cache.ObjectName, d time.Duration) {
+	if w := c.work.Load(); w != nil && d > 0 {
+		w.stages.AddAfter(key, d)
 	}
 }
 

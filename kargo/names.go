@@ -29,8 +29,13 @@ const (
 	CreateActorAnnotation = "kargo.akuity.io/create-actor"
 	// RefreshAnnotation on a Stage makes Kargo reconcile it at once.
 	RefreshAnnotation = "kargo.akuity.io/refresh"
-	// AbortAnnotation on a Promotion makes Kargo abort it.
+	// AbortAnnotation on a Promotion makes Kargo abort it; on a Stage it
+	// asks Kargo to abort the verification it names (a request token:
+	// the verification's id, or a JSON VerificationRequest).
 	AbortAnnotation = "kargo.akuity.io/abort"
+	// ReverifyAnnotation on a Stage asks Kargo to verify its Freight again;
+	// Kargo then starts a run without its lookup, and never removes it.
+	ReverifyAnnotation = "kargo.akuity.io/reverify"
 )
 
 // StageLabel is the label Kargo's webhook puts on every Promotion: the name

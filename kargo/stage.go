@@ -77,6 +77,8 @@ type VerificationInfo struct {
 	Message string
 	// Run is analysisRun.name: the AnalysisRun Kargo follows for it.
 	Run string
+	// Actor is who started it, or aborted it.
+	Actor string
 }
 
 // DeepCopyObject implements runtime.Object, so that the informer cache can
@@ -217,7 +219,7 @@ func newestVerification(collection map[string]any) *VerificationInfo {
 		return nil
 	}
 	run, _ := v["analysisRun"].(map[string]any)
-	return &VerificationInfo{ID: str(v, "id"), Phase: str(v, "phase"), Message: str(v, "message"), Run: str(run, "name")}
+	return &VerificationInfo{ID: str(v, "id"), Phase: str(v, "phase"), Message: str(v, "message"), Run: str(run, "name"), Actor: str(v, "actor")}
 }
 
 // maxApps is how many Applications the mirror keeps: one more than the
@@ -293,5 +295,9 @@ func intern(s string) string { return unique.Make(s).Value() }
 // ownKeys keeps kargo-latch's own labels and annotations, but for a kept
 // garbage record, which nothing reads and which may be large.
 func ownKeys(key string) bool {
-	return strings.HasPrefix(key, OwnPrefix) && key != InvalidStateAnnotation
+	return strings.HasPrefix(key, OwnPrefix) && key != InvalidStateAnnotation || key == AbortAnnotation || key == ReverifyAnnotation
 }
+
+// maxTokenLen bounds what the mirror keeps of Kargo's request tokens on a
+// Stage (a verification id, or a small JSON document).
+const maxTokenLen = 1024

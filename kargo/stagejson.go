@@ -179,7 +179,7 @@ func (o *ownStrings) UnmarshalJSON(b []byte) error {
 		if *o == nil {
 			*o = ownStrings{}
 		}
-		(*o)[k] = s
+		(*o)[k] = keptValue(k, s)
 	}
 	return nil
 }
@@ -204,6 +204,7 @@ type verificationDoc struct {
 	ID          string `json:"id"`
 	Phase       string `json:"phase"`
 	Message     string `json:"message"`
+	Actor       string `json:"actor"`
 	AnalysisRun struct {
 		Name string `json:"name"`
 	} `json:"analysisRun"`
@@ -317,7 +318,7 @@ func (d *statusDoc) mirror(withApps bool) *StageStatus {
 			}
 		}
 		if v := c.VerificationHistory.first; v != nil {
-			st.Verification = &VerificationInfo{ID: v.ID, Phase: v.Phase, Message: v.Message, Run: v.AnalysisRun.Name}
+			st.Verification = &VerificationInfo{ID: v.ID, Phase: v.Phase, Message: v.Message, Run: v.AnalysisRun.Name, Actor: v.Actor}
 		}
 	}
 	st.Holds = d.Holds

@@ -1,6 +1,7 @@
 package kargo
 
 import (
+	"strings"
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -111,7 +112,17 @@ func stringMap(obj map[string]any, key string, keep func(string) bool) map[strin
 		if out == nil {
 			out = map[string]string{}
 		}
-		out[k] = s
+		out[k] = keptValue(k, s)
 	}
 	return out
+}
+
+// keptValue is what a mirror keeps of a kept label or annotation: Kargo's
+// keys (request tokens, actors) are cut to maxTokenLen, so that no Kargo
+// object can make the cache large; kargo-latch's own are kept whole.
+func keptValue(key, value string) string {
+	if strings.HasPrefix(key, OwnPrefix) {
+		return value
+	}
+	return value[:min(len(value), maxTokenLen)]
 }

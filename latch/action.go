@@ -42,9 +42,24 @@ const (
 	ActionVerificationStarted ActionKind = "VerificationStarted"
 	// ActionVerificationFinished: the cycle's run has a result, Phase.
 	ActionVerificationFinished ActionKind = "VerificationFinished"
-	// ActionTerminateRun: set spec.terminate on kargo-latch's run Run,
-	// which no live cycle needs any more.
+	// ActionCutShortRun: take kargo-latch's run Run, which no live cycle
+	// needs any more and Kargo does not follow, out of Kargo's lookup (its
+	// two labels), saying why (Message). Argo Rollouts ends a terminated
+	// run Successful, which Kargo's lookup would adopt as a pass.
+	ActionCutShortRun ActionKind = "CutShortRun"
+	// ActionTerminateRun: set spec.terminate on kargo-latch's run Run, cut
+	// short a grace ago, which Kargo does not follow.
 	ActionTerminateRun ActionKind = "TerminateRun"
+	// ActionAbortInKargo: ask Kargo to abort its verification
+	// VerificationID, which follows kargo-latch's run Run (Kargo adopted
+	// it), with Kargo's request token on the Stage: Kargo then records it
+	// Failed itself. The record already says so: the token is written with
+	// it, once.
+	ActionAbortInKargo ActionKind = "AbortInKargo"
+	// ActionVerificationLeftToKargo: the Stage carries Kargo's reverify
+	// token, so Kargo's next start skips its lookup: kargo-latch starts no
+	// run for this cycle, and says so once.
+	ActionVerificationLeftToKargo ActionKind = "VerificationLeftToKargo"
 	// ActionVerificationNotPickedUp: kargo-latch's run shows no phase past
 	// the pickup timeout.
 	ActionVerificationNotPickedUp ActionKind = "VerificationNotPickedUp"
@@ -73,6 +88,8 @@ type Action struct {
 	Run          string
 	Phase        VerificationPhase
 	TimeToResult time.Duration
+	// VerificationID is Kargo's verification of ActionAbortInKargo.
+	VerificationID string
 }
 
 // Result is the outcome of one Step.

@@ -33,10 +33,25 @@ type Analysis struct {
 	// PickupReported: the run showed no phase past VerifyPickupTimeout, and
 	// that was reported.
 	PickupReported bool `json:"pickupReported,omitempty"`
+	// AbortRequested is the id of Kargo's verification of this run that
+	// kargo-latch asked Kargo to abort (kargo.akuity.io/abort on the Stage),
+	// once: Kargo adopted the run, so only Kargo may end it.
+	AbortRequested string `json:"abortRequested,omitempty"`
 }
 
 // KargoActor is the Analysis actor of a verification Kargo started.
 const KargoActor = "kargo"
+
+// LeftToKargoMessage says why kargo-latch starts no run for a Stage that
+// carries Kargo's reverify token.
+const LeftToKargoMessage = "the Stage carries kargo.akuity.io/reverify, so Kargo's next Healthy pass skips its lookup and starts a run of its own " +
+	"(Kargo never removes that token): the start is left to Kargo; remove the annotation to let kargo-latch verify on latch"
+
+// leftToKargo reports whether the analysis is only the note that the start
+// was left to Kargo, with no verification of Kargo's yet.
+func (a *Analysis) leftToKargo() bool {
+	return a != nil && a.Actor == KargoActor && a.ID == "" && a.Message == LeftToKargoMessage
+}
 
 // ByKargoLatch reports whether kargo-latch started the analysis.
 func (a *Analysis) ByKargoLatch() bool { return a != nil && a.Actor == Actor }
@@ -62,6 +77,11 @@ type Run struct {
 	FinishedAt *time.Time
 	// Terminating: spec.terminate is set.
 	Terminating bool
+	// CutShort says why kargo-latch took the run out of Kargo's lookup
+	// (its kargo-latch.io/cut-short annotation), and CutShortAt when; empty
+	// while the run is in the lookup.
+	CutShort   string
+	CutShortAt *time.Time
 }
 
 func (r Run) terminal() bool {
@@ -91,12 +111,17 @@ func KnownRunPhase(p VerificationPhase) bool {
 func (m *machine) verify() {
 	// Stray runs are judged last, on the record as this Step leaves it: a
 	// run this cycle adopts is never stray.
-	defer m.terminateStrayRuns()
+	defer m.endStrayRuns()
 	if !m.settings.VerifyOnLatch || !m.obs.HasVerification || m.rec.FreightID == "" || m.obs.FreightID != m.rec.FreightID {
 		return
 	}
 	switch a := m.rec.Analysis; {
 	case a == nil:
+		m.beginAnalysis()
+	case a.leftToKargo() && !m.obs.Reverify && (m.obs.Verification == nil || m.obs.Verification.ID == ""):
+		// The reverify token is gone before Kargo started anything: the
+		// start is kargo-latch's again.
+		m.rec.Analysis = nil
 		m.beginAnalysis()
 	case a.ByKargoLatch() && m.kargoVerifiesAnother(a):
 		// Kargo started its own verification after all (its lookup and
@@ -118,28 +143,6 @@ func (m *machine) kargoVerifiesAnother(a *Analysis) bool {
 	return v != nil && v.ID != "" && v.Run != "" && v.Run != a.Run
 }
 
-// terminateStrayRuns asks to terminate each running run of kargo-latch's
-// for this Stage that belongs to no live analysis: one of a superseded
-// cycle, or of a cycle that failed meanwhile (as Kargo aborts a
-// verification: spec.terminate).
-func (m *machine) terminateStrayRuns() {
-	a := m.rec.Analysis
-	for _, r := range m.obs.Runs {
-		if !r.Ours || r.terminal() || r.Terminating {
-			continue
-		}
-		current := a.ByKargoLatch() && a.Run == r.Name
-		why := "the cycle it verifies was superseded by " + m.cycleName()
-		switch {
-		case current && m.rec.Phase == PhaseFailed:
-			why = "the cycle it verifies failed (" + string(m.rec.Failure.Reason) + ")"
-		case current:
-			continue
-		}
-		m.act(Action{Kind: ActionTerminateRun, Run: r.Name, Message: "terminating AnalysisRun " + r.Name + ": " + why})
-	}
-}
-
 // beginAnalysis finds the cycle's verification once it has latched: Kargo's
 // own, shown in its status or by a run its lookup would find, or
 // kargo-latch's own run of this cycle, made before a crash; failing those,
@@ -159,6 +162,11 @@ func (m *machine) beginAnalysis() {
 		return
 	}
 	if m.obs.StartRefused || m.now.Before(m.rec.LatchedAt.Add(m.settings.VerifyGrace)) {
+		return
+	}
+	if m.obs.Reverify {
+		m.rec.Analysis = &Analysis{Actor: KargoActor, Message: LeftToKargoMessage}
+		m.act(Action{Kind: ActionVerificationLeftToKargo, Message: "not starting the verification of " + m.cycleName() + ": " + LeftToKargoMessage})
 		return
 	}
 	m.startRun(name, 1, "the cycle latched and Kargo started no verification within "+m.settings.VerifyGrace.String())
@@ -205,12 +213,22 @@ func (m *machine) startRun(name string, attempt int, why string) {
 
 // followOwnRun mirrors kargo-latch's run into the record, and judges its
 // result: Successful lets the cycle's Freight be marked; Failed, Error and
-// Inconclusive fail the cycle, as Kargo's own verification would.
+// Inconclusive fail the cycle, as Kargo's own verification would. A run
+// ended before its result (cut short, or terminated by anyone) is Aborted:
+// never a pass, and never a failure.
 func (m *machine) followOwnRun(a *Analysis) {
-	if v := m.obs.Verification; v != nil && v.Run == a.Run && a.Run != "" {
+	v := m.obs.Verification
+	kargoFollows := v != nil && v.Run == a.Run && a.Run != ""
+	if kargoFollows {
 		a.AdoptedByKargo = true
 	}
 	if a.Terminal() {
+		return
+	}
+	if kargoFollows && v.terminal() {
+		// Kargo's verdict, not the run's phase: an abort in Kargo leaves
+		// a Successful run behind (Kargo records Failed itself).
+		m.finishOwnRun(a, kargosVerdict(v))
 		return
 	}
 	i := slices.IndexFunc(m.obs.Runs, func(r Run) bool { return r.Name == a.Run })
@@ -224,11 +242,19 @@ func (m *machine) followOwnRun(a *Analysis) {
 	if r.StartedAt != nil {
 		a.StartTime = r.StartedAt
 	}
-	if !KnownRunPhase(r.Phase) {
-		// Garbage (reported by the operator as it reads it): no result.
+	switch {
+	case r.CutShort != "":
+		m.finishOwnRun(a, ownRunEnd{phase: VerificationAborted, message: withDetail("cut short by kargo-latch", r.CutShort), at: r.CutShortAt})
 		return
-	}
-	if r.Phase == "" || r.Phase == VerificationPending {
+	case r.Terminating && !kargoFollows:
+		m.finishOwnRun(a, ownRunEnd{phase: VerificationAborted, message: "terminated by someone other than kargo-latch (spec.terminate): no result", at: r.FinishedAt})
+		return
+	case !KnownRunPhase(r.Phase) || (r.Terminating && kargoFollows):
+		// Garbage (reported by the operator as it reads it), or a run
+		// Kargo follows that is being terminated: Kargo records the
+		// verdict, not the run.
+		return
+	case r.Phase == "" || r.Phase == VerificationPending:
 		if !a.PickupReported && a.StartTime != nil && !m.now.Before(a.StartTime.Add(m.settings.VerifyPickupTimeout)) && r.Phase == "" {
 			a.PickupReported = true
 			m.act(Action{Kind: ActionVerificationNotPickedUp, Run: a.Run,
@@ -238,17 +264,39 @@ func (m *machine) followOwnRun(a *Analysis) {
 		return
 	}
 	a.Phase, a.Message = r.Phase, bounded(r.Message)
-	if !r.terminal() {
-		return
+	if r.terminal() {
+		m.finishOwnRun(a, ownRunEnd{phase: r.Phase, message: r.Message, at: r.FinishedAt})
 	}
+}
+
+// ownRunEnd is how kargo-latch's run of the cycle ended.
+type ownRunEnd struct {
+	phase   VerificationPhase
+	message string
+	at      *time.Time
+}
+
+// kargosVerdict is the end of kargo-latch's run that Kargo adopted, as
+// Kargo records it: a person's abort (or kargo-latch's request) is an abort.
+func kargosVerdict(v *Verification) ownRunEnd {
+	if v.Phase == VerificationFailed && v.Message == UserAbortMessage {
+		by := "aborted in Kargo"
+		if v.Actor != "" {
+			by += " by " + v.Actor
+		}
+		return ownRunEnd{phase: VerificationAborted, message: by}
+	}
+	return ownRunEnd{phase: v.Phase, message: withDetail("as Kargo recorded it", v.Message)}
+}
+
+// finishOwnRun records the end of kargo-latch's run of the cycle and
+// judges it.
+func (m *machine) finishOwnRun(a *Analysis, end ownRunEnd) {
 	finish := m.now
-	if r.FinishedAt != nil {
-		finish = *r.FinishedAt
+	if end.at != nil {
+		finish = *end.at
 	}
-	a.FinishTime = &finish
-	if r.Terminating {
-		a.Phase, a.Message = VerificationAborted, withDetail("terminated by kargo-latch", a.Message)
-	}
+	a.Phase, a.Message, a.FinishTime = end.phase, bounded(end.message), &finish
 	done := Action{Kind: ActionVerificationFinished, Run: a.Run, Phase: a.Phase,
 		Message: withDetail(fmt.Sprintf("AnalysisRun %s of %s: %s", a.Run, m.cycleName(), a.Phase), a.Message)}
 	if m.rec.LatchedAt != nil {

@@ -161,8 +161,9 @@ func TestVerifyOnLatchMarksAtTheRunsFinish(t *testing.T) {
 	}
 }
 
-func TestVerifyOnLatchTerminates(t *testing.T) {
-	// The cycle degrades past its grace while its run is running.
+func TestVerifyOnLatchCutsShortThenTerminates(t *testing.T) {
+	// The cycle degrades past its grace while its run is running: the run
+	// leaves Kargo's lookup first, and goes on.
 	rec := started()
 	rec.Phase, rec.DegradedSince = PhaseDegraded, ptr(minutes(4))
 	obs := with(latchedView(), func(o *Observation) {
@@ -170,24 +171,126 @@ func TestVerifyOnLatchTerminates(t *testing.T) {
 		o.Runs = []Run{ownRun(VerificationRunning)}
 	})
 	res := Step(verifying(), rec, obs, at(minutes(10)))
-	if a, ok := res.Action(ActionTerminateRun); !ok || a.Run != cycleRun {
+	if a, ok := res.Action(ActionCutShortRun); !ok || a.Run != cycleRun || res.Has(ActionTerminateRun) {
 		t.Errorf("degraded failure: %v", kinds(res))
 	}
-	// A newer promotion supersedes the run: terminated, and none started
+	// Once cut short, the analysis is Aborted: no pass, no second failure.
+	cut := ownRun(VerificationRunning)
+	cut.CutShort, cut.CutShortAt = "the cycle it verifies failed (Degraded)", ptr(minutes(10))
+	obs.Runs = []Run{cut}
+	res = Step(verifying(), res.Record, obs, at(minutes(10)+time.Second))
+	if a := res.Record.Analysis; a.Phase != VerificationAborted || a.Message != "cut short by kargo-latch: the cycle it verifies failed (Degraded)" {
+		t.Errorf("analysis = %+v", a)
+	}
+	if res.Has(ActionTerminateRun) || res.Has(ActionCutShortRun) || res.RequeueAfter != 9*time.Second {
+		t.Errorf("within the grace: %v, requeue %v (want 9s)", kinds(res), res.RequeueAfter)
+	}
+	// A grace later, Kargo does not follow it: terminated.
+	res = Step(verifying(), res.Record, obs, at(minutes(10)+10*time.Second))
+	if a, ok := res.Action(ActionTerminateRun); !ok || a.Run != cycleRun {
+		t.Errorf("after the grace: %v", kinds(res))
+	}
+	// Told to terminate, then Successful, as Argo Rollouts ends it: still
+	// no pass, nothing asked again.
+	cut.Terminating, cut.Phase, cut.FinishedAt = true, VerificationSuccessful, ptr(minutes(11))
+	obs.Runs = []Run{cut}
+	again := Step(verifying(), res.Record, obs, at(minutes(12)))
+	if len(again.Actions) != 0 || again.Record.Analysis.Phase != VerificationAborted {
+		t.Errorf("ended: %v, %+v", kinds(again), again.Record.Analysis)
+	}
+
+	// A newer promotion supersedes the run: cut short, and none started
 	// for the old Freight.
 	obs = Observation{Stage: "test", HasVerification: true, LastPromotion: promo("p2", PromotionSucceeded, minutes(9)),
 		FreightID: "F2", Freight: "f-p2", FreightNames: []string{"f-p2"}, Health: HealthProgressing, Runs: []Run{ownRun(VerificationRunning)}}
 	res = Step(verifying(), started(), obs, at(minutes(10)))
-	if a, ok := res.Action(ActionTerminateRun); !ok || a.Run != cycleRun {
+	if a, ok := res.Action(ActionCutShortRun); !ok || a.Run != cycleRun {
 		t.Errorf("superseded: %v", kinds(res))
 	}
 	if res.Has(ActionStartVerification) || res.Record.Analysis != nil {
 		t.Errorf("the new cycle started at once: %v %+v", kinds(res), res.Record.Analysis)
 	}
-	// A run already told to terminate is not told again.
-	obs.Runs[0].Terminating = true
-	if res := Step(verifying(), started(), obs, at(minutes(10))); res.Has(ActionTerminateRun) {
-		t.Error("terminated twice")
+}
+
+func TestVerifyOnLatchNeverPatchesARunKargoFollows(t *testing.T) {
+	// Kargo adopted kargo-latch's run; the cycle then fails: Kargo is asked
+	// to abort it, once, and the run is left alone.
+	rec := started()
+	rec.Phase, rec.DegradedSince = PhaseDegraded, ptr(minutes(4))
+	obs := with(latchedView(), func(o *Observation) {
+		o.Health = HealthUnhealthy
+		o.Runs = []Run{ownRun(VerificationRunning)}
+		o.Verification = &Verification{ID: "k1", Phase: VerificationRunning, Run: cycleRun}
+	})
+	res := Step(verifying(), rec, obs, at(minutes(10)))
+	a, ok := res.Action(ActionAbortInKargo)
+	if !ok || a.VerificationID != "k1" || res.Has(ActionCutShortRun) || res.Has(ActionTerminateRun) {
+		t.Fatalf("actions %v (%+v)", kinds(res), a)
+	}
+	if res.Record.Analysis.AbortRequested != "k1" || !res.Record.Analysis.AdoptedByKargo {
+		t.Errorf("analysis = %+v", res.Record.Analysis)
+	}
+	if again := Step(verifying(), res.Record, obs, at(minutes(11))); len(again.Actions) != 0 {
+		t.Errorf("asked again: %v", kinds(again))
+	}
+	// The token already on the Stage (before a crash, or a person's): not
+	// written again.
+	if again := Step(verifying(), rec, with(obs, func(o *Observation) { o.AbortRequested = "k1" }), at(minutes(10))); again.Has(ActionAbortInKargo) {
+		t.Errorf("token already there: %v", kinds(again))
+	}
+	// Kargo aborts: Failed, "Verification aborted by user"; the run ends
+	// Successful. The analysis is Aborted, never a pass.
+	obs.Verification = &Verification{ID: "k1", Phase: VerificationFailed, Message: UserAbortMessage, Run: cycleRun, Actor: "kubernetes:system:serviceaccount:kargo-latch:kargo-latch"}
+	obs.Runs = []Run{withRun(ownRun(VerificationSuccessful), func(r *Run) { r.Terminating = true })}
+	res = Step(verifying(), res.Record, obs, at(minutes(12)))
+	if an := res.Record.Analysis; an.Phase != VerificationAborted || an.Message != "aborted in Kargo by kubernetes:system:serviceaccount:kargo-latch:kargo-latch" {
+		t.Errorf("analysis = %+v", an)
+	}
+	// A superseded run Kargo adopted stays Kargo's.
+	latchedRec := started()
+	latchedRec.Analysis.AdoptedByKargo = true
+	next := Observation{Stage: "test", HasVerification: true, LastPromotion: promo("p2", PromotionSucceeded, minutes(9)),
+		FreightID: "F2", Freight: "f-p2", FreightNames: []string{"f-p2"}, Health: HealthProgressing, Runs: []Run{ownRun(VerificationRunning)}}
+	res = Step(verifying(), latchedRec, next, at(minutes(10)))
+	if res.Has(ActionCutShortRun) || res.Has(ActionTerminateRun) || !cmp.Equal(res.Record.KargosRuns, []string{cycleRun}) {
+		t.Errorf("superseded adopted run: %v, kargosRuns %v", kinds(res), res.Record.KargosRuns)
+	}
+}
+
+func TestVerifyOnLatchRunTerminatedBySomeoneElseIsNoPass(t *testing.T) {
+	s := verifying()
+	s.MarkVerified = true
+	obs := with(latchedView(), func(o *Observation) {
+		o.Runs = []Run{withRun(ownRun(VerificationSuccessful), func(r *Run) { r.Terminating, r.FinishedAt = true, ptr(minutes(5)) })}
+		o.MayMark = true
+	})
+	res := Step(s, started(), obs, at(minutes(6)))
+	if a := res.Record.Analysis; a.Phase != VerificationAborted {
+		t.Errorf("analysis = %+v", a)
+	}
+	if res.Has(ActionMarkVerified) || res.Has(ActionFailed) || !res.Has(ActionCutShortRun) {
+		t.Errorf("actions %v: want the run cut short, no mark, no failure", kinds(res))
+	}
+}
+
+func TestVerifyOnLatchLeavesAReverifiedStageToKargo(t *testing.T) {
+	obs := with(latchedView(), func(o *Observation) { o.Reverify = true })
+	res := Step(verifying(), latched(), obs, at(minutes(3)))
+	if diff := cmp.Diff([]ActionKind{ActionVerificationLeftToKargo}, kinds(res)); diff != "" {
+		t.Fatalf("actions (-want +got):\n%s", diff)
+	}
+	if again := Step(verifying(), res.Record, obs, at(minutes(4))); len(again.Actions) != 0 {
+		t.Errorf("said twice: %v", kinds(again))
+	}
+	// The token removed: kargo-latch starts the run.
+	obs.Reverify = false
+	if again := Step(verifying(), res.Record, obs, at(minutes(5))); !again.Has(ActionStartVerification) {
+		t.Errorf("token removed: %v", kinds(again))
+	}
+	// Kargo started its own: followed.
+	obs.Reverify, obs.Verification = true, &Verification{ID: "k2", Phase: VerificationRunning, Run: "test.kargos.f1"}
+	if again := Step(verifying(), res.Record, obs, at(minutes(5))); again.Record.Analysis.ID != "k2" || again.Record.Analysis.Run != "test.kargos.f1" {
+		t.Errorf("Kargo's run: %+v", again.Record.Analysis)
 	}
 }
 
@@ -246,8 +349,8 @@ func TestVerifyOnLatchYieldsToKargosOwnRun(t *testing.T) {
 	if a := res.Record.Analysis; a.Actor != KargoActor || a.Run != "test.kargos.f1" {
 		t.Errorf("analysis = %+v, want Kargo's", a)
 	}
-	if a, ok := res.Action(ActionTerminateRun); !ok || a.Run != cycleRun {
-		t.Errorf("actions %v, want kargo-latch's run terminated", kinds(res))
+	if a, ok := res.Action(ActionCutShortRun); !ok || a.Run != cycleRun {
+		t.Errorf("actions %v, want kargo-latch's run cut short", kinds(res))
 	}
 	if res.Has(ActionMarkVerified) || res.Has(ActionVerificationFinished) {
 		t.Errorf("actions %v: marked on a run Kargo does not follow", kinds(res))
@@ -265,8 +368,10 @@ func TestVerifyOnLatchUnknownRunPhaseIsNoResult(t *testing.T) {
 func TestVerifyOnLatchNeverTerminatesTheRunItAdopts(t *testing.T) {
 	for name, rec := range map[string]Record{"after a crash": latched(), "recorded": started()} {
 		obs := with(latchedView(), func(o *Observation) { o.Runs = []Run{ownRun(VerificationRunning)} })
-		if res := Step(verifying(), rec, obs, at(minutes(4))); res.Has(ActionTerminateRun) {
+		if res := Step(verifying(), rec, obs, at(minutes(4))); res.Has(ActionTerminateRun) || res.Has(ActionCutShortRun) {
 			t.Errorf("%s: %v", name, kinds(res))
 		}
 	}
 }
+
+func withRun(r Run, edit func(*Run)) Run { edit(&r); return r }

@@ -2,6 +2,7 @@ package latch
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 )
 
@@ -93,6 +94,10 @@ func (m *machine) beginCycle(lp *Promotion) {
 		}
 	}
 	r.PromotedAt = &at
+	if a := r.Analysis; a.ByKargoLatch() && a.AdoptedByKargo && !slices.Contains(r.KargosRuns, a.Run) {
+		// Kargo follows the run: it stays Kargo's when the cycle ends.
+		r.KargosRuns = append([]string{a.Run}, r.KargosRuns[:min(len(r.KargosRuns), MaxKargosRuns-1)]...)
+	}
 	r.AdoptedAt, r.ResumedAt, r.LatchedAt, r.DegradedSince, r.Failure, r.Verification, r.Analysis = nil, nil, nil, nil, nil, nil, nil
 	r.LatchedBy, r.AppsHealthy, r.AppsRecovered, r.Marked = "", nil, nil, nil
 }

@@ -128,3 +128,7 @@ func (p VerificationPhase) FailsRun() bool {
 	_, fails := analysisFailure(p)
 	return fails
 }
+
+// Bounded is bounded for the operator's own copies of the machine's
+// messages (an annotation on an AnalysisRun, say).
+func Bounded(msg string) string { return bounded(msg) }

@@ -72,6 +72,8 @@ type Verification struct {
 	// Run names the AnalysisRun Kargo follows for it (analysisRun.name):
 	// kargo-latch's own run once Kargo has adopted it.
 	Run string
+	// Actor is who started (or aborted) it, as Kargo records it.
+	Actor string
 }
 
 func (v *Verification) terminal() bool {
@@ -148,6 +150,14 @@ type Observation struct {
 	// has (read live, never judged from the cache alone: a run just made
 	// may not be cached yet).
 	RunGone string
+	// AbortRequested is the verification id the Stage's Kargo request token
+	// kargo.akuity.io/abort names ("" for none): Kargo aborts that
+	// verification on its next pass while it runs.
+	AbortRequested string
+	// Reverify is set while the Stage carries kargo.akuity.io/reverify,
+	// for any verification: Kargo's next start of a verification then skips
+	// its lookup and makes a run of its own (Kargo never removes the token).
+	Reverify bool
 	// StartRefused is set when starting this cycle's run was refused as
 	// something kargo-latch cannot build exactly as Kargo would (reported
 	// once); the machine then asks for no run.

@@ -108,6 +108,10 @@ type Record struct {
 	// Analysis is the cycle's configured verification (an AnalysisRun),
 	// apart from the latch's verdict on health (Verification).
 	Analysis *Analysis `json:"analysis,omitempty"`
+	// KargosRuns names kargo-latch's runs of earlier cycles that Kargo had
+	// adopted: they are Kargo's, and kargo-latch never cuts them short
+	// (newest first, at most MaxKargosRuns).
+	KargosRuns []string `json:"kargosRuns,omitempty"`
 
 	// Verification is the latch's verdict on the cycle's health (a latch,
 	// or a failure), never an analysis; History holds the
@@ -267,6 +271,7 @@ func (r *Record) clone() Record {
 	c.Pauses = slices.Clone(r.Pauses)
 	c.History = slices.Clone(r.History)
 	c.Marked = slices.Clone(r.Marked)
+	c.KargosRuns = slices.Clone(r.KargosRuns)
 	c.AppsHealthy = maps.Clone(r.AppsHealthy)
 	c.AppsRecovered = maps.Clone(r.AppsRecovered)
 	if r.Verification != nil {

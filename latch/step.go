@@ -34,6 +34,8 @@ type machine struct {
 	now      time.Time
 	rec      Record
 	actions  []Action
+	// runsDue is when a run cut short is due to be terminated.
+	runsDue time.Duration
 }
 
 func (m *machine) act(a Action) { m.actions = append(m.actions, a) }
@@ -70,7 +72,7 @@ func (m *machine) baseline() {
 }
 
 func (m *machine) requeueAfter() time.Duration {
-	return Earliest(m.phaseRequeue(), m.verifyRequeue())
+	return Earliest(m.phaseRequeue(), m.verifyRequeue(), m.cutShortRequeue())
 }
 
 // Earliest is the soonest of requeue delays, where zero (or less) means

@@ -29,11 +29,24 @@ func IndexByStage(obj any) ([]string, error) {
 	if !ok {
 		return nil, nil
 	}
-	stage := u.GetLabels()[StageLabel]
+	stage := stageLabelOf(u)
 	if stage == "" {
 		return nil, nil
 	}
 	return []string{StageKey(u.GetNamespace(), stage)}, nil
+}
+
+// stageLabelOf is a run's Stage label: Kargo's, or, once kargo-latch cut
+// the run short, the copy under kargo-latch's own key.
+func stageLabelOf(u *unstructured.Unstructured) string {
+	l := u.GetLabels()
+	if stage := l[StageLabel]; stage != "" {
+		return stage
+	}
+	if l[MarkerLabel] != MarkerValue {
+		return ""
+	}
+	return l[CutShortStageLabel]
 }
 
 // StageKey is the StageIndex key of a Stage's runs, from its name (Kargo's
@@ -45,7 +58,7 @@ func StageKey(namespace, stage string) string {
 // StageOf names the Stage a run verifies: the kargo.akuity.io/stage
 // annotation holds the full name where the label had to be shortened.
 func StageOf(u *unstructured.Unstructured) string {
-	label := u.GetLabels()[StageLabel]
+	label := stageLabelOf(u)
 	// The annotation counts only as the label's full form: a run's
 	// metadata comes partly from a Stage's analysisRunMetadata, which must
 	// not move it to another Stage.
@@ -73,8 +86,14 @@ func TransformRun(obj any) (any, error) {
 	slim.SetResourceVersion(u.GetResourceVersion())
 	slim.SetCreationTimestamp(u.GetCreationTimestamp())
 	slim.SetLabels(u.GetLabels())
-	if full := u.GetAnnotations()[StageAnnotation]; full != "" {
-		slim.SetAnnotations(map[string]string{StageAnnotation: full})
+	kept := map[string]string{}
+	for _, key := range []string{StageAnnotation, CutShortAnnotation, CutShortAtAnnotation} {
+		if v := u.GetAnnotations()[key]; v != "" {
+			kept[key] = v[:min(len(v), maxCachedField)]
+		}
+	}
+	if len(kept) > 0 {
+		slim.SetAnnotations(kept)
 	}
 	if t, _, _ := unstructured.NestedBool(u.Object, "spec", "terminate"); t {
 		_ = unstructured.SetNestedField(slim.Object, true, "spec", "terminate")
@@ -109,6 +128,9 @@ func RunFrom(u *unstructured.Unstructured) latch.Run {
 	r.StartedAt = timeAt(u, "startedAt")
 	r.FinishedAt = timeAt(u, "completedAt")
 	r.Terminating, _, _ = unstructured.NestedBool(u.Object, "spec", "terminate")
+	if r.Ours {
+		r.CutShort, r.CutShortAt = cutShortOf(u)
+	}
 	return r
 }
 
