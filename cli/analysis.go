@@ -49,6 +49,10 @@ type AnalysisStatus struct {
 	// NotPickedUp: kargo-latch's run showed no phase past the operator's
 	// --verify-pickup-timeout: no analysis controller has taken it.
 	NotPickedUp bool `json:"notPickedUp,omitempty"`
+	// LeftToKargo: the Stage carries Kargo's reverify token, so
+	// kargo-latch starts no run and Kargo starts its own when it sees the
+	// Stage Healthy.
+	LeftToKargo bool `json:"leftToKargo,omitempty"`
 }
 
 // verifyOnLatch reads the Stage's verify-on-latch setting as the operator
@@ -98,7 +102,7 @@ func cycleAnalysis(u *unstructured.Unstructured, rec *latch.Record, st *kargo.St
 func (a *AnalysisStatus) fromRecord(r *latch.Analysis) {
 	a.By, a.Phase, a.AnalysisRun, a.Message = r.Actor, string(r.Phase), r.Run, r.Message
 	a.StartTime, a.FinishTime = r.StartTime, r.FinishTime
-	a.AdoptedByKargo, a.NotPickedUp = r.AdoptedByKargo, r.PickupReported && r.Phase == ""
+	a.AdoptedByKargo, a.NotPickedUp, a.LeftToKargo = r.AdoptedByKargo, r.PickupReported && r.Phase == "", r.LeftToKargo()
 }
 
 // kargoVerification is Kargo's verification (freightHistory[0]'s newest)
@@ -157,6 +161,8 @@ func (a *AnalysisStatus) phaseWord() string {
 	switch {
 	case a.NotPickedUp:
 		return "not picked up"
+	case a.LeftToKargo:
+		return "left to Kargo (reverify)"
 	case a.Phase == "":
 		return string(latch.VerificationPending)
 	}

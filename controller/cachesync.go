@@ -16,6 +16,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/kargo-latch/kargo-latch/api/v1alpha1"
+	"github.com/kargo-latch/kargo-latch/controller/verification"
 )
 
 // A cache that cannot list never syncs, and client-go retries forever with
@@ -25,6 +26,11 @@ import (
 // each informer's list and watch errors are diagnosed here, and the
 // diagnosis is said at once in the log, on /readyz while the caches are not
 // synced, and in the error Start returns when they have not synced in time.
+// Only the core's caches (Stages, StagePauses, and, in the background,
+// Promotions) count for the start and the readiness: verify-on-latch's
+// AnalysisRun caches are optional, and a problem of theirs turns
+// verify-on-latch off where it concerns, never the operator
+// (runinformer.go, verifyavailability.go).
 
 // problemLogInterval is how often one cache's unchanged problem is logged
 // again at error level; the reflector retries every 0.8s to 30s.
@@ -90,6 +96,17 @@ func (p *cacheProblems) of(name string) string {
 	return p.byCache[name].text
 }
 
+// knownOf is a cache's diagnosed problem; empty when it has none, or only
+// one that may pass by itself.
+func (p *cacheProblems) knownOf(name string) string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if problem := p.byCache[name]; problem.known {
+		return problem.text
+	}
+	return ""
+}
+
 // diagnosed lists the diagnosed problems of every cache, sorted.
 func (p *cacheProblems) diagnosed() []string {
 	p.mu.Lock()
@@ -127,14 +144,27 @@ func selectedCacheName(gvr schema.GroupVersionResource, ns, selector string) str
 // gvr in namespace ns, whose cache is named name. Errors it cannot explain
 // go to client-go's default handler, which logs them as before.
 func (c *Controller) watchErrorHandler(gvr schema.GroupVersionResource, ns, name string) cache.WatchErrorHandlerWithContext {
+	return c.diagnosingHandler(&c.problems, gvr, ns, name, false)
+}
+
+// diagnosingHandler is watchErrorHandler recording into problems. The
+// problem of an optional cache (verify-on-latch's) is logged as news, once
+// per change: an install that grants its rights per project has one that
+// is refused for good, and that is no error of the operator's.
+func (c *Controller) diagnosingHandler(problems *cacheProblems, gvr schema.GroupVersionResource, ns, name string, optional bool) cache.WatchErrorHandlerWithContext {
 	return func(ctx context.Context, r *cache.Reflector, err error) {
 		text, known := diagnose(gvr, name, err)
 		if !known {
 			cache.DefaultWatchErrorHandler(ctx, r, err)
 		}
-		if c.problems.record(name, text, known, c.clock.Now()) && known {
-			klog.FromContext(ctx).Error(err, "Cannot list or watch "+name+": "+text,
-				"resource", gvr.GroupResource().String(), "namespace", ns)
+		changed := problems.of(name) != text
+		if problems.record(name, text, known, c.clock.Now()) && known {
+			switch logger := klog.FromContext(ctx); {
+			case !optional:
+				logger.Error(err, "Cannot list or watch "+name+": "+text, "resource", gvr.GroupResource().String(), "namespace", ns)
+			case changed:
+				logger.Info("Verify-on-latch cannot list or watch "+name+": "+text, "resource", gvr.GroupResource().String(), "namespace", ns)
+			}
 		}
 	}
 }
@@ -145,6 +175,12 @@ func diagnose(gvr schema.GroupVersionResource, cacheName string, err error) (tex
 	gr := gvr.GroupResource().String()
 	served := gvr.GroupVersion().String() + " " + gvr.Resource
 	switch {
+	case apierrors.IsNotFound(err) && gvr.Group == verification.AnalysisRunsResource.Group:
+		return fmt.Sprintf("Argo Rollouts' CRD %s is not installed (the API server does not serve %s); install Argo Rollouts' CRDs, which verify-on-latch needs, or run without --enable-verify-on-latch",
+			gr, served), true
+	case apierrors.IsForbidden(err) && gvr.Group == verification.AnalysisRunsResource.Group:
+		return fmt.Sprintf("kargo-latch's identity may not list and watch %s (%s); bind its ServiceAccount to the ClusterRole kargo-latch-verify-on-latch (manifests/components/verify-on-latch), cluster-wide or in this project",
+			cacheName, statusMessage(err)), true
 	case apierrors.IsNotFound(err) && gvr.Group == v1alpha1.GroupVersion.Group:
 		return fmt.Sprintf("the StagePause CRD %s is not installed (the API server does not serve %s); install it: kubectl apply -k manifests/crds (part of manifests/default)",
 			gr, served), true
@@ -265,7 +301,8 @@ func (c *Controller) unsyncedProblems(background bool) string {
 }
 
 // waitForCaches waits until every informer has synced (but those syncing in
-// the background, whose problems /readyz reports all the same). When they have not
+// the background, whose problems /readyz reports all the same, and
+// verify-on-latch's optional ones, which are not among them). When they have not
 // after the configured CacheSyncTimeout and a list or watch error says why
 // (a missing CRD or right), it gives up with that reason, so the Pod
 // crash-loops visibly; with no error reported, the caches are only slow (a

@@ -12,7 +12,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/dynamic"
@@ -21,7 +20,6 @@ import (
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/record"
 	"k8s.io/client-go/util/workqueue"
-	"k8s.io/klog/v2"
 	"k8s.io/utils/clock"
 
 	"github.com/kargo-latch/kargo-latch/api/v1alpha1"
@@ -35,7 +33,6 @@ import (
 	"github.com/kargo-latch/kargo-latch/kargo"
 	"github.com/kargo-latch/kargo-latch/latch"
 	"github.com/kargo-latch/kargo-latch/metrics"
-	"github.com/kargo-latch/kargo-latch/queue"
 )
 
 // Config is what a Controller needs. Zero values take the defaults noted.
@@ -91,8 +88,10 @@ type Config struct {
 	// it (default 1m).
 	StatusMissingAfter time.Duration
 	// VerifyOnLatch lets Stages opt into verify-on-latch: the operator
-	// watches the AnalysisRuns it makes and may start them (it has the
-	// verify-on-latch rights, and Argo Rollouts' CRDs are installed).
+	// watches the AnalysisRuns it makes and may start them. Where it
+	// cannot watch them (Argo Rollouts' CRDs missing, no rights in a
+	// project), verify-on-latch is off and reported, and nothing else is
+	// (verifyavailability.go).
 	VerifyOnLatch bool
 	// RolloutsInstanceID labels the runs it starts for that Argo Rollouts
 	// controller instance, as Kargo's ROLLOUTS_CONTROLLER_INSTANCE_ID.
@@ -128,12 +127,12 @@ type Controller struct {
 	// selector (see stageInformersFor).
 	stageInformers map[string][]cache.SharedIndexInformer
 	pauseInformers map[string]cache.SharedIndexInformer
-	// runInformers hold kargo-latch's own AnalysisRuns (verify-on-latch);
-	// nil without it.
-	runInformers map[string]cache.SharedIndexInformer
-	informers    []cache.SharedIndexInformer
-	caches       []watchedCache
-	problems     cacheProblems
+	// runs are the caches of kargo-latch's own AnalysisRuns
+	// (verify-on-latch: runinformer.go); nil without it.
+	runs      *runCaches
+	informers []cache.SharedIndexInformer
+	caches    []watchedCache
+	problems  cacheProblems
 	// promotions caches the unfinished Promotions (controller/promotioncache).
 	promotions *promotioncache.Cache
 	// foregroundSyncedAt is when Start saw the caches synced (but those
@@ -147,26 +146,6 @@ type Controller struct {
 	releaser    *pausing.Releaser
 	pauseStatus *pausing.StatusWriter
 }
-
-// workQueues are the queues of one leadership term.
-type workQueues struct {
-	stages queue.Queue // Stages to sync
-	// urgent are the stages queue's lanes: a Stage whose update shows a
-	// new failure, or whose transition falls due, goes before the others
-	// (handlers.go, queue.Worker).
-	urgent *queue.Lanes
-	pauses queue.Queue // StagePauses whose status needs a look
-}
-
-// maxRetries bounds the retries of a failing Stage before its key is
-// dropped (after about 100 s of backoff), to be tried again after
-// droppedRetryAfter or at its next event. That is shorter than the 5m rate
-// window of KargoLatchReconcileErrors, so that a Stage that keeps failing
-// keeps the alert's expression true until it fires.
-const (
-	maxRetries        = 15
-	droppedRetryAfter = 2 * time.Minute
-)
 
 // New builds a Controller and its informers; Run starts them.
 func New(cfg Config) (*Controller, error) {
@@ -196,7 +175,7 @@ func New(cfg Config) (*Controller, error) {
 	}
 	c.starter = &verification.Starter{Dynamic: cfg.Dynamic, InstanceID: cfg.RolloutsInstanceID}
 	if cfg.VerifyOnLatch {
-		c.runInformers = map[string]cache.SharedIndexInformer{}
+		c.runs = newRunCaches()
 	}
 	c.marker = markverified.New(cfg.Dynamic, c.report, cfg.Metrics, c.livePauses)
 	c.failures = &pausing.Failures{Dynamic: cfg.Dynamic, Report: c.report, NameTaken: cfg.Metrics.PauseNameTaken}
@@ -329,7 +308,8 @@ func (c *Controller) Run(ctx context.Context) error {
 }
 
 // Start starts the informers and waits until their caches are synced, for
-// at most CacheSyncTimeout. The informers run until ctx is done. A standby
+// at most CacheSyncTimeout (but verify-on-latch's, which nothing waits
+// for). The informers run until ctx is done. A standby
 // replica calls only Start, so that it is ready to take over with warm
 // caches; the leader then calls RunWorkers.
 func (c *Controller) Start(ctx context.Context) error {
@@ -342,84 +322,9 @@ func (c *Controller) Start(ctx context.Context) error {
 	for _, inf := range c.informers {
 		go inf.RunWithContext(ctx)
 	}
+	// Verify-on-latch's caches are optional: nothing waits for them.
+	c.startRunCaches(ctx)
 	return c.waitForCaches(ctx)
-}
-
-// RunWorkers syncs Stages and StagePauses until ctx is done. Only the
-// leader runs it, once per leadership term: each term starts with fresh
-// queues holding every cached object, so nothing a previous term left
-// undone, nor any event that arrived while standing by, is missed.
-func (c *Controller) RunWorkers(ctx context.Context) {
-	klog.FromContext(ctx).Info("Starting workers", "workers", c.cfg.Workers, "dryRun", c.cfg.DryRun)
-	stages, urgent := queue.NewWithLanes("stages", c.cfg.QueueMetrics, c.cfg.Clock)
-	w := &workQueues{stages: stages, urgent: urgent, pauses: queue.New("stagepauses", c.cfg.QueueMetrics, c.cfg.Clock)}
-	c.memos.newTerm()
-	c.work.Store(w)
-	defer c.work.CompareAndSwap(w, nil)
-	for _, infs := range c.stageInformers {
-		for _, inf := range infs {
-			for _, key := range inf.GetIndexer().ListKeys() {
-				if name, err := cache.ParseObjectName(key); err == nil {
-					w.stages.Add(name)
-				}
-			}
-		}
-	}
-	for _, inf := range c.pauseInformers {
-		for _, key := range inf.GetIndexer().ListKeys() {
-			if name, err := cache.ParseObjectName(key); err == nil {
-				w.pauses.Add(name)
-			}
-		}
-	}
-	pauseWorker := &queue.Worker{Queue: w.pauses, Sync: c.pauseStatus.Sync, MaxRetries: maxRetries, RetryDroppedAfter: droppedRetryAfter, OnError: c.syncFailed(ctx, "stagePause")}
-	stageWorker := &queue.Worker{Queue: w.stages, Lanes: w.urgent, Sync: c.syncStage, MaxRetries: maxRetries, RetryDroppedAfter: droppedRetryAfter, OnError: c.syncFailed(ctx, "stage")}
-	done := make(chan struct{})
-	go func() { defer close(done); pauseWorker.Run(ctx, 1) }()
-	stageWorker.Run(ctx, c.cfg.Workers)
-	<-done
-}
-
-// syncFailed reports a failed sync of an object of the kind named. A write
-// conflict is a retry, not an error: the Stage's record is stored
-// conditionally on the resourceVersion it was computed from, and Kargo's
-// status writes make that conflict by design; the retry computes it again
-// from the fresh Stage. Anything else is an error, logged as it happens,
-// and so is a key dropped after its retries, whatever its last error.
-func (c *Controller) syncFailed(ctx context.Context, kind string) func(cache.ObjectName, error) {
-	logger := klog.FromContext(ctx)
-	return func(key cache.ObjectName, err error) {
-		if apierrors.IsConflict(err) && !errors.Is(err, queue.ErrDropped) {
-			c.cfg.Metrics.WriteConflicts.Inc()
-			logger.V(4).Info("Write conflicted; retrying from fresh data", kind, klog.KRef(key.Namespace, key.Name), "err", err)
-			return
-		}
-		c.cfg.Metrics.ReconcileErrors.Inc()
-		logger.Error(err, "Sync failed", kind, klog.KRef(key.Namespace, key.Name))
-	}
-}
-
-// enqueue adds a Stage to the current term's queue, if this replica leads.
-func (c *Controller) enqueue(key cache.ObjectName) {
-	if w := c.work.Load(); w != nil {
-		w.stages.Add(key)
-	}
-}
-
-// enqueueUrgent adds a Stage to the current term's queue, if this replica
-// leads, ahead of every Stage not marked urgent.
-func (c *Controller) enqueueUrgent(key cache.ObjectName) {
-	if w := c.work.Load(); w != nil {
-		w.urgent.Mark(key)
-		w.stages.Add(key)
-	}
-}
-
-// enqueuePauseStatus adds a StagePause to the current term's status queue.
-func (c *Controller) enqueuePauseStatus(key cache.ObjectName) {
-	if w := c.work.Load(); w != nil {
-		w.pauses.Add(key)
-	}
 }
 
 // stageByKey reads a Stage from the informer caches of its namespace: not

@@ -26,24 +26,30 @@ import (
 // opens clears it, so the readiness tells a cache that has stopped
 // following the API server from one that only had a bad moment.
 func (c *Controller) newSelectedInformer(gvr schema.GroupVersionResource, ns, selector string, lw *cache.ListWatch, client any, example runtime.Object, resync time.Duration) cache.SharedIndexInformer {
-	name := selectedCacheName(gvr, ns, selector)
-	lw = selecting(lw, selector)
+	inf := buildInformer(gvr, selecting(lw, selector), client, example, resync, func() { c.problems.clear(selectedCacheName(gvr, ns, selector)) })
+	c.informers = append(c.informers, inf)
+	return inf
+}
+
+// buildInformer makes an informer of gvr listing and watching through lw,
+// which calls watchOpened whenever a watch opens. Start runs only those
+// newSelectedInformer lists; verify-on-latch's run caches run on their own
+// (runinformer.go).
+func buildInformer(gvr schema.GroupVersionResource, lw *cache.ListWatch, client any, example runtime.Object, resync time.Duration, watchOpened func()) cache.SharedIndexInformer {
 	open := lw.WatchFuncWithContext // every ListWatch here sets it
 	lw.WatchFuncWithContext = func(ctx context.Context, opts metav1.ListOptions) (watch.Interface, error) {
 		w, err := open(ctx, opts)
 		if err == nil {
-			c.problems.clear(name)
+			watchOpened()
 		}
 		return w, err
 	}
-	inf := cache.NewSharedIndexInformerWithOptions(cache.ToListWatcherWithWatchListSemantics(lw, client), example,
+	return cache.NewSharedIndexInformerWithOptions(cache.ToListWatcherWithWatchListSemantics(lw, client), example,
 		cache.SharedIndexInformerOptions{
 			ResyncPeriod:      resync,
 			Indexers:          cache.Indexers{cache.NamespaceIndex: cache.MetaNamespaceIndexFunc},
 			ObjectDescription: gvr.String(),
 		})
-	c.informers = append(c.informers, inf)
-	return inf
 }
 
 // stageInformer watches the Stages of ns that match a shard selector
@@ -65,8 +71,13 @@ func (c *Controller) dynamicInformer(gvr schema.GroupVersionResource, ns string,
 // selectedDynamicInformer is dynamicInformer for the objects matching a
 // label selector (all when empty).
 func (c *Controller) selectedDynamicInformer(gvr schema.GroupVersionResource, ns, selector string, resync time.Duration) cache.SharedIndexInformer {
+	return c.newSelectedInformer(gvr, ns, selector, c.dynamicListWatch(gvr, ns), c.cfg.Dynamic, &unstructured.Unstructured{}, resync)
+}
+
+// dynamicListWatch lists and watches gvr in ns through the dynamic client.
+func (c *Controller) dynamicListWatch(gvr schema.GroupVersionResource, ns string) *cache.ListWatch {
 	resource := c.cfg.Dynamic.Resource(gvr).Namespace(ns)
-	lw := &cache.ListWatch{
+	return &cache.ListWatch{
 		ListWithContextFunc: func(ctx context.Context, opts metav1.ListOptions) (runtime.Object, error) {
 			return resource.List(ctx, opts)
 		},
@@ -74,7 +85,6 @@ func (c *Controller) selectedDynamicInformer(gvr schema.GroupVersionResource, ns
 			return resource.Watch(ctx, opts)
 		},
 	}
-	return c.newSelectedInformer(gvr, ns, selector, lw, c.cfg.Dynamic, &unstructured.Unstructured{}, resync)
 }
 
 // selecting makes every list and watch of lw ask the API server only for

@@ -47,13 +47,17 @@ type memo struct {
 
 	// verifyRefused is the last refused start of a run reported (cycle and
 	// message); verifyRefusedCycle's start is not tried again before
-	// verifyRetryAt. terminated names the runs this replica told to
-	// terminate lately, so that each is told once.
-	verifyRefused      string
-	badRunPhase        string
+	// verifyRetryAt. runsEnded names the steps ("<action>/<run>") this
+	// replica took lately to end runs, so that each is taken once.
+	verifyRefused string
+	badRunPhase   string
+	// verifyUnavailable is the last reason reported why verify-on-latch
+	// is off in the Stage's project (verifyavailability.go).
+	verifyUnavailable  string
 	verifyRefusedCycle string
 	verifyRetryAt      time.Time
-	terminated         []string
+	verifyRefusals     int // refused starts of verifyRefusedCycle
+	runsEnded          []string
 
 	// unreadableCopy stands for the cached copy of the record last
 	// reported unreadable (recordOf).

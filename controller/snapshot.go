@@ -131,6 +131,7 @@ func (c *Controller) snapshotOf(key cache.ObjectName, stage *kargo.Stage, value 
 			s.settings.VerifyOnLatch = false
 			problem = joinProblems(problem, api.VerifyOnLatchAnnotation+" is true, but this kargo-latch runs without --enable-verify-on-latch (the verify-on-latch rights and Argo Rollouts' CRDs): it starts no verification")
 		}
+		c.verifyOnLatchAvailability(stage, m, &s.settings)
 		c.reportConfig(stage, m, problem)
 	}
 	s.prior, s.garbage = c.priorRecord(stage, value, m)

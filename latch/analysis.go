@@ -47,9 +47,9 @@ const KargoActor = "kargo"
 const LeftToKargoMessage = "the Stage carries kargo.akuity.io/reverify, so Kargo's next Healthy pass skips its lookup and starts a run of its own " +
 	"(Kargo never removes that token): the start is left to Kargo; remove the annotation to let kargo-latch verify on latch"
 
-// leftToKargo reports whether the analysis is only the note that the start
+// LeftToKargo reports whether the analysis is only the note that the start
 // was left to Kargo, with no verification of Kargo's yet.
-func (a *Analysis) leftToKargo() bool {
+func (a *Analysis) LeftToKargo() bool {
 	return a != nil && a.Actor == KargoActor && a.ID == "" && a.Message == LeftToKargoMessage
 }
 
@@ -118,7 +118,7 @@ func (m *machine) verify() {
 	switch a := m.rec.Analysis; {
 	case a == nil:
 		m.beginAnalysis()
-	case a.leftToKargo() && !m.obs.Reverify && (m.obs.Verification == nil || m.obs.Verification.ID == ""):
+	case a.LeftToKargo() && !m.obs.Reverify && (m.obs.Verification == nil || m.obs.Verification.ID == ""):
 		// The reverify token is gone before Kargo started anything: the
 		// start is kargo-latch's again.
 		m.rec.Analysis = nil

@@ -40,6 +40,8 @@ func (m *machine) endStrayRuns() {
 		current := a.ByKargoLatch() && a.Run == r.Name
 		var why string
 		switch {
+		case !current && r.Collection != "" && r.Collection == m.rec.FreightID && a != nil && a.Actor == KargoActor:
+			why = "Kargo verifies this Freight collection with a run of its own"
 		case !current:
 			why = "the cycle it verifies was superseded by " + m.cycleName()
 		case m.rec.Phase == PhaseFailed:

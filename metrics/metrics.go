@@ -43,6 +43,10 @@ type Recorder struct {
 	VerificationResults     *prometheus.CounterVec
 	VerificationProblems    *prometheus.CounterVec
 	LatchToVerification     prometheus.Histogram
+	// VerifyOnLatchAvailable is, per project with a Stage that opts into
+	// verify-on-latch, 1 while the operator can watch its AnalysisRuns
+	// there, else 0: verify-on-latch is then off in that project.
+	VerifyOnLatchAvailable *prometheus.GaugeVec
 
 	// GateSettingDiffers is 1 for each installed pause-gate policy that
 	// names Kargo's controllers otherwise than the operator was told at
@@ -157,13 +161,17 @@ func New(reg prometheus.Registerer, version string) *Recorder {
 		}, []string{LabelProject, LabelStage, LabelPhase}),
 		VerificationProblems: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: Namespace, Name: "verification_problems_total",
-			Help: "What kept verify-on-latch from running an analysis, by reason: VerificationUnsupported, VerificationNotPickedUp, VerificationRunDeleted, VerificationForbidden.",
+			Help: "What kept verify-on-latch from running an analysis, by reason: VerificationUnsupported, VerificationNotPickedUp, VerificationRunDeleted, VerificationForbidden, VerificationUnavailable.",
 		}, []string{LabelProject, LabelStage, LabelReason}),
 		LatchToVerification: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Namespace: Namespace, Name: "latch_to_verification_seconds",
 			Help:    "Time from a latch to the result of the AnalysisRun kargo-latch started for it.",
 			Buckets: []float64{5, 15, 30, 60, 120, 300, 600, 1200, 1800, 3600},
 		}),
+		VerifyOnLatchAvailable: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Namespace: Namespace, Name: "verify_on_latch_available",
+			Help: "Per project with a Stage that opts into verify-on-latch (and has spec.verification): 1 while the operator can watch its AnalysisRuns there, 0 while it cannot (Argo Rollouts' CRDs missing, no rights in the project), when verify-on-latch is off there and the latch and the pauses carry on without it.",
+		}, []string{LabelProject}),
 		GateSettingDiffers: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Namespace: Namespace, Name: "gate_setting_differs",
 			Help: "1 for an installed pause-gate policy whose setting of Kargo's controllers (usernames, regex) differs from the operator's --kargo-controllers and --kargo-controller-regex, 0 where they agree; read at start.",
@@ -190,6 +198,7 @@ func New(reg prometheus.Registerer, version string) *Recorder {
 	reg.MustRegister(r.stages, promotionsCached, r.PausesTotal, r.ResumesTotal, r.FailuresTotal, r.ProgressingIgnored, r.InvalidConfig, r.InvalidInput,
 		r.FreightVerified, r.MarkVerifiedErrors, r.GateBypassed, r.PauseNameTaken, r.ReconcileErrors, r.WriteConflicts, r.CacheSynced, r.ReconcileDuration, r.UrgentWait, r.TimeToLatch, r.BuildInfo)
 	reg.MustRegister(r.GateSettingDiffers, r.GateSettingUnchecked, r.PauseStatusContested, r.VerificationRunsStarted, r.VerificationResults, r.VerificationProblems, r.LatchToVerification)
+	reg.MustRegister(r.VerifyOnLatchAvailable)
 	r.BuildInfo.WithLabelValues(version, runtime.Version()).Set(1)
 	return r
 }

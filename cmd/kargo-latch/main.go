@@ -118,7 +118,7 @@ func parseFlags(args []string) (*options, error) {
 	fs.StringVar(&o.metricsAddr, "metrics-bind-address", ":8080", "Address serving /metrics; 0 turns it off.")
 	fs.BoolVar(&o.profiling, "profiling", false, "Serve Go's profiles (/debug/pprof/) beside /metrics, as Kubernetes' own components do with --profiling: for measuring memory and CPU, not for exposing to everyone who may scrape.")
 	fs.StringVar(&o.probeAddr, "health-probe-bind-address", ":8081", "Address serving /healthz and /readyz; 0 turns it off.")
-	fs.DurationVar(&o.cacheSyncTimeout, "cache-sync-timeout", 2*time.Minute, "How long to wait for the informer caches at start before giving up on a reported list or watch error of the Stages', StagePauses' or AnalysisRuns' caches (a missing CRD or RBAC right): the process exits non-zero with the reason, so that the Pod crash-loops visibly. Slow caches with no error are waited for; the Promotions' cache syncs in the background, and its errors never end the process (/readyz reports them). 0 waits forever.")
+	fs.DurationVar(&o.cacheSyncTimeout, "cache-sync-timeout", 2*time.Minute, "How long to wait for the informer caches at start before giving up on a reported list or watch error of the Stages' or StagePauses' caches (a missing CRD or RBAC right): the process exits non-zero with the reason, so that the Pod crash-loops visibly. Slow caches with no error are waited for; the Promotions' cache syncs in the background, and its errors never end the process (/readyz reports them); verify-on-latch's AnalysisRun caches are waited for by nothing, and their errors turn verify-on-latch off where they concern (/readyz notes them). 0 waits forever.")
 	fs.BoolVar(&o.leaderElect, "leader-elect", false, "Elect a leader among replicas with a Lease; only the leader reconciles.")
 	fs.StringVar(&o.leaderNS, "leader-election-namespace", "", "Namespace of the Lease; the Pod's own namespace when empty (kargo-latch outside a Pod).")
 	fs.StringVar(&o.leaderID, "leader-election-id", "kargo-latch", "Name of the Lease; kargo-latch-SHARD with --shard SHARD unless given.")
@@ -208,7 +208,7 @@ func run(ctx context.Context, o *options) error {
 	}
 	// Ready once the caches are synced, leader or standby alike; until
 	// then /readyz says why not.
-	if err := serveProbes(ctx, o.probeAddr, c.Ready); err != nil {
+	if err := serveProbes(ctx, o.probeAddr, c.Ready, c.ReadyNotes); err != nil {
 		return fmt.Errorf("health probe server: %w", err)
 	}
 	if err := c.Start(ctx); err != nil {

@@ -6,6 +6,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/pprof"
+	"strings"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -31,16 +32,22 @@ func serveMetrics(ctx context.Context, addr string, reg *prometheus.Registry, pr
 
 // serveProbes serves /healthz (the process is up) and /readyz on addr until
 // ctx is done. ready returns nil when ready, else the reason, which /readyz
-// answers with (a missing CRD or RBAC right, say).
-func serveProbes(ctx context.Context, addr string, ready func() error) error {
+// answers with (a missing CRD or RBAC right, say). notes are what /readyz
+// says beside its verdict, one a line, without counting them: an optional
+// feature's problem (verify-on-latch's) never makes the operator unready.
+func serveProbes(ctx context.Context, addr string, ready func() error, notes func() []string) error {
 	mux := http.NewServeMux()
 	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("ok")) })
 	mux.HandleFunc("/readyz", func(w http.ResponseWriter, _ *http.Request) {
+		detail := strings.Join(notes(), "\n")
+		if detail != "" {
+			detail = "\n" + detail
+		}
 		if err := ready(); err != nil {
-			http.Error(w, err.Error(), http.StatusServiceUnavailable)
+			http.Error(w, err.Error()+detail, http.StatusServiceUnavailable)
 			return
 		}
-		_, _ = w.Write([]byte("ok"))
+		_, _ = w.Write([]byte("ok" + detail))
 	})
 	return serve(ctx, "health probes", addr, mux)
 }

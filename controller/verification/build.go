@@ -13,7 +13,7 @@ import (
 const (
 	ReasonNotConfigured = "NotConfigured"    // no spec.verification, or no current Freight collection
 	ReasonTemplate      = "TemplateMissing"  // a referenced template was not given
-	ReasonUnknownField  = "UnknownField"     // a template field Kargo's types would drop
+	ReasonUnknownField  = "UnknownField"     // a template field Kargo's types lack, or not known to carry
 	ReasonMerge         = "MergeConflict"    // duplicate metric, conflicting or unresolved args
 	ReasonExpression    = "ExpressionFailed" // an arg or var Kargo would fail to evaluate, or a non-string arg
 	ReasonFunction      = "UnsupportedFunction"

@@ -2,6 +2,7 @@ package verification
 
 import (
 	"fmt"
+	"regexp"
 	"slices"
 	"strings"
 )
@@ -13,14 +14,21 @@ type templateSpec struct {
 }
 
 // readTemplateSpec takes a template's spec after checking that every field is
-// one Kargo's own AnalysisTemplate types know (api/stubs/rollouts/v1alpha1):
-// Kargo decodes templates into those types, so a field they lack would be
-// silently missing from Kargo's run but present in ours.
+// one Kargo's own AnalysisTemplate types carry (api/stubs/rollouts/v1alpha1,
+// Argo Rollouts v1.9's types since Kargo's PR #6472): Kargo decodes templates
+// into those types, which drop any other field, so a field they lack would
+// be missing from Kargo's run but present in ours.
+//
+// spec.templates (nested references) is carried by those types but read by
+// no part of Kargo's builder: Kargo neither fetches the templates it names nor
+// merges them, and an AnalysisRun has no such field, so Kargo's run holds the
+// listed templates' own metrics, args, dryRun and measurementRetention only.
+// So does ours: the references are left out, unread. (Argo Rollouts follows
+// them only when its Rollout controller makes a run, not in a run.)
 func readTemplateSpec(name string, obj map[string]any) (templateSpec, error) {
 	spec, _ := obj["spec"].(map[string]any)
 	if path := unknownField(spec, specShape, "spec"); path != "" {
-		return templateSpec{}, unsupported(ReasonUnknownField,
-			"%s: field %s is unknown to Kargo's AnalysisTemplate types, so Kargo would drop it", name, path)
+		return templateSpec{}, unknownFieldError(name, path)
 	}
 	spec, _ = deepCopy(spec).(map[string]any)
 	return templateSpec{
@@ -29,6 +37,26 @@ func readTemplateSpec(name string, obj map[string]any) (templateSpec, error) {
 		dryRun:    objects(spec["dryRun"]),
 		retention: objects(spec["measurementRetention"]),
 	}, nil
+}
+
+// droppedByKargo lists the fields (list indices left out) that Argo Rollouts
+// v1.10 knows and Kargo v1.11.2's types lack: Kargo's run would go without
+// them.
+var droppedByKargo = map[string]bool{
+	"spec.metrics.provider.datadog.requestTimeout": true,
+}
+
+var listIndex = regexp.MustCompile(`\[\d+\]`)
+
+// unknownFieldError says why a field outside specShape means no run: Kargo's
+// types drop it for sure, or kargo-latch does not know whether they carry it.
+func unknownFieldError(name, path string) *Unsupported {
+	if droppedByKargo[listIndex.ReplaceAllString(path, "")] {
+		return unsupported(ReasonUnknownField,
+			"%s: Kargo v1.11.2 drops field %s (its copy of the Argo Rollouts types lacks it), so Kargo's run would not do what the template says; kargo-latch starts no such run", name, path)
+	}
+	return unsupported(ReasonUnknownField,
+		"%s: field %s is not one kargo-latch knows Kargo v1.11.2's AnalysisTemplate types to carry (Kargo drops the fields they lack), so kargo-latch cannot build the run exactly as Kargo would", name, path)
 }
 
 // Kargo's flattenTemplates (pkg/rollouts/analysis_template.go), in the
@@ -152,24 +180,28 @@ var (
 	})
 	headerShape = fields("key", "value")
 	scopeShape  = fields("scope", "region", "step", "start", "end")
-	// specShape follows Kargo's api/stubs/rollouts/v1alpha1 analysis_types.go.
-	specShape = with(fields(), map[string]*shape{
+	// specShape follows Kargo's api/stubs/rollouts/v1alpha1 analysis_types.go
+	// (Argo Rollouts v1.9's types). spec.templates may hold anything: Kargo
+	// reads none of it (readTemplateSpec).
+	specShape = with(fields("templates"), map[string]*shape{
 		"metrics": with(fields("name", "interval", "initialDelay", "count", "successCondition", "failureCondition",
 			"failureLimit", "inconclusiveLimit", "consecutiveErrorLimit", "consecutiveSuccessLimit"), map[string]*shape{
 			"provider": with(fields("job", "plugin"), map[string]*shape{
-				"prometheus": with(fields("address", "query", "timeout", "insecure"),
-					map[string]*shape{"authentication": authShape, "headers": headerShape}),
+				"prometheus": with(fields("address", "query", "timeout", "insecure"), map[string]*shape{
+					"authentication": authShape, "headers": headerShape, "rangeQuery": fields("start", "end", "step"),
+				}),
 				"web": with(fields("method", "url", "body", "timeoutSeconds", "jsonPath", "insecure", "jsonBody"),
 					map[string]*shape{"authentication": authShape, "headers": headerShape}),
 				"kayenta": with(fields("address", "application", "canaryConfigName", "metricsAccountName",
-					"configurationAccountName", "storageAccountName"), map[string]*shape{
+					"configurationAccountName", "storageAccountName", "lookback"), map[string]*shape{
 					"threshold": fields("pass", "marginal"),
 					"scopes": with(fields("name"), map[string]*shape{
 						"controlScope": scopeShape, "experimentScope": scopeShape}),
 				}),
-				"datadog":    fields("interval", "query", "queries", "formula", "apiVersion"),
+				"datadog": with(fields("interval", "query", "queries", "formula", "apiVersion", "aggregator"),
+					map[string]*shape{"secretRef": fields("name", "namespaced")}),
 				"wavefront":  fields("address", "query"),
-				"newRelic":   fields("profile", "query"),
+				"newRelic":   fields("profile", "query", "timeout"),
 				"graphite":   fields("address", "query"),
 				"influxdb":   fields("profile", "query"),
 				"skywalking": fields("address", "query", "interval"),

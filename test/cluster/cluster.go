@@ -36,8 +36,10 @@ type Cluster struct {
 	// Root is the repository root the binaries came from.
 	Root string
 	// CRDSource says which CRDs were installed: Kargo's real ones or the
-	// project's minimal stand-ins.
+	// project's stand-ins (test/crds).
 	CRDSource string
+	// RealKargoCRDs tells whether they were Kargo's real ones.
+	RealKargoCRDs bool
 
 	etcd, apiserver, controllerManager *exec.Cmd
 	apiserverArgs                      []string

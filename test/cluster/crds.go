@@ -19,27 +19,61 @@ import (
 
 var crdResource = schema.GroupVersionResource{Group: "apiextensions.k8s.io", Version: "v1", Resource: "customresourcedefinitions"}
 
-// KargoCRDDir is where Kargo's real CRDs are: $KARGO_CRDS_DIR, else
-// ../shared/kargo-crds beside the repository when it exists. Outside CI
-// (see InCI) it falls back to the project's own minimal stand-in CRDs under
-// test/crds, which validate almost nothing; in CI that is an error, so that
-// CI never passes without Kargo's real schemas. getenv is os.Getenv.
+// KargoCRDDir is where Kargo's CRDs for the test cluster are: Kargo's
+// real ones (see RealKargoCRDDir) when at hand; else, outside CI (see
+// InCI), the project's stand-ins under test/crds (StandInCRDFiles), which
+// have every Kargo kind the demo, the operator and the CLI use, with
+// Kargo's field types but none of its finer rules. In CI, real ones out of
+// reach are an error, so that CI never passes without Kargo's real
+// schemas, unless KARGO_LATCH_STAND_IN_CRDS asks for the stand-ins: then
+// they are used whatever else is at hand, so that CI can prove that the
+// demo plays in a clone without Kargo's CRDs. getenv is os.Getenv.
 func KargoCRDDir(root string, getenv func(string) string) (dir string, real bool, err error) {
-	if d := getenv("KARGO_CRDS_DIR"); d != "" {
-		if !fileExists(d) {
-			return "", false, fmt.Errorf("KARGO_CRDS_DIR=%s does not exist", d)
-		}
-		return d, true, nil
+	standIns := filepath.Join(root, "test", "crds")
+	if StandInsAsked(getenv) {
+		return standIns, false, nil
 	}
-	shared := filepath.Join(root, "..", "shared", "kargo-crds")
-	if fileExists(shared) {
-		return shared, true, nil
+	dir, err = RealKargoCRDDir(root, getenv)
+	if err != nil {
+		return "", false, err
+	}
+	if dir != "" {
+		return dir, true, nil
 	}
 	if InCI(getenv) {
+		shared := filepath.Join(root, "..", "shared", "kargo-crds")
 		return "", false, fmt.Errorf("CI must test against Kargo's real CRDs, but %s is missing and KARGO_CRDS_DIR is not set "+
-			"(copy Kargo's charts/kargo/resources/crds there; the stand-ins in test/crds are for clones outside CI only)", shared)
+			"(copy Kargo's charts/kargo/resources/crds there; the stand-ins in test/crds are for clones outside CI, "+
+			"or for one step that sets KARGO_LATCH_STAND_IN_CRDS=1)", shared)
 	}
-	return filepath.Join(root, "test", "crds"), false, nil
+	return standIns, false, nil
+}
+
+// RealKargoCRDDir is where Kargo's real CRDs are: $KARGO_CRDS_DIR, else
+// ../shared/kargo-crds beside the repository when it exists, else ""
+// (this project's CI has that folder; a plain clone does not).
+func RealKargoCRDDir(root string, getenv func(string) string) (string, error) {
+	if d := getenv("KARGO_CRDS_DIR"); d != "" {
+		if !fileExists(d) {
+			return "", fmt.Errorf("KARGO_CRDS_DIR=%s does not exist", d)
+		}
+		return d, nil
+	}
+	if shared := filepath.Join(root, "..", "shared", "kargo-crds"); fileExists(shared) {
+		return shared, nil
+	}
+	return "", nil
+}
+
+// StandInsAsked tells whether KARGO_LATCH_STAND_IN_CRDS asks for the
+// stand-in CRDs even where Kargo's real ones are at hand, as the demo's
+// step of `make e2e` does.
+func StandInsAsked(getenv func(string) string) bool {
+	switch strings.ToLower(strings.TrimSpace(getenv("KARGO_LATCH_STAND_IN_CRDS"))) {
+	case "", "0", "false", "no":
+		return false
+	}
+	return true
 }
 
 // InCI tells whether the tests run in CI: the CI environment variable, which
@@ -53,13 +87,15 @@ func InCI(getenv func(string) string) bool {
 	return true
 }
 
-// standInWarning is printed whenever the stand-in CRDs are installed.
+// standInWarning is printed whenever the stand-in CRDs are installed,
+// unless they were asked for.
 const standInWarning = `
 **********************************************************************
 WARNING: Kargo's real CRDs were not found (../shared/kargo-crds beside the
-repository, or KARGO_CRDS_DIR). Using kargo-latch's minimal stand-in CRDs
-from %s: Kargo's schemas do NOT validate these tests' writes, and tests that
-need them are skipped. CI refuses this (CI=%q here).
+repository, or KARGO_CRDS_DIR). Using kargo-latch's stand-in CRDs from
+%s: Kargo's kinds and field types, enough for the demo, but not its finer
+rules (CEL, patterns); tests that need those are skipped. CI refuses this
+(CI=%q here).
 **********************************************************************
 `
 
@@ -68,10 +104,12 @@ func (c *Cluster) installCRDs(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	c.CRDSource = "Kargo's real CRDs from " + dir
+	c.CRDSource, c.RealKargoCRDs = "Kargo's real CRDs from "+dir, real
 	if !real {
-		c.CRDSource = "kargo-latch's minimal stand-in CRDs from " + dir
-		fmt.Fprintf(os.Stderr, standInWarning, dir, os.Getenv("CI"))
+		c.CRDSource = "kargo-latch's stand-in CRDs from " + dir
+		if !StandInsAsked(os.Getenv) {
+			fmt.Fprintf(os.Stderr, standInWarning, dir, os.Getenv("CI"))
+		}
 	}
 	client, err := dynamic.NewForConfig(c.Config)
 	if err != nil {

@@ -9,7 +9,8 @@ import (
 
 // TestKargoCRDDirRefusesStandInsInCI: with Kargo's real CRDs missing, CI
 // (CI set) fails instead of falling back to the stand-ins; a clone outside
-// CI falls back; the real ones are used wherever they are.
+// CI falls back; the real ones are used wherever they are, unless
+// KARGO_LATCH_STAND_IN_CRDS asks for the stand-ins, in CI too.
 func TestKargoCRDDirRefusesStandInsInCI(t *testing.T) {
 	t.Parallel()
 	// A workspace: <ws>/repo is the repository, <ws>/shared/kargo-crds the
@@ -45,6 +46,10 @@ func TestKargoCRDDirRefusesStandInsInCI(t *testing.T) {
 		{"outside CI the shared CRDs are used too", root, nil, filepath.Join(root, "..", "shared", "kargo-crds"), true, ""},
 		{"KARGO_CRDS_DIR wins", root, map[string]string{"CI": "true", "KARGO_CRDS_DIR": explicit}, explicit, true, ""},
 		{"a missing KARGO_CRDS_DIR fails", bare, map[string]string{"KARGO_CRDS_DIR": filepath.Join(explicit, "nope")}, "", false, "does not exist"},
+		{"CI asking for the stand-ins gets them", bare, map[string]string{"CI": "true", "KARGO_LATCH_STAND_IN_CRDS": "1"}, standIns, false, ""},
+		{"asking for the stand-ins beats the shared CRDs", root, map[string]string{"CI": "true", "KARGO_LATCH_STAND_IN_CRDS": "true"}, filepath.Join(root, "test", "crds"), false, ""},
+		{"asking for the stand-ins beats KARGO_CRDS_DIR", root, map[string]string{"KARGO_CRDS_DIR": explicit, "KARGO_LATCH_STAND_IN_CRDS": "yes"}, filepath.Join(root, "test", "crds"), false, ""},
+		{"KARGO_LATCH_STAND_IN_CRDS=0 asks for nothing", bare, map[string]string{"CI": "true", "KARGO_LATCH_STAND_IN_CRDS": "0"}, "", false, "CI must test against Kargo's real CRDs"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			dir, real, err := KargoCRDDir(c.root, func(k string) string { return c.env[k] })

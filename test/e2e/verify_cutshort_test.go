@@ -67,7 +67,6 @@ func TestVerifyOnLatchCutShortRunNeverPasses(t *testing.T) {
 	if !strings.HasPrefix(a.Message, "cut short by kargo-latch") {
 		t.Errorf("analysis message = %q", a.Message)
 	}
-	waitEvent(t, s, api.ReasonVerificationCutShort)
 
 	// The Apps recover: Kargo's Healthy pass finds no run of the
 	// collection, and starts its own, which the failing metric fails.
@@ -81,6 +80,7 @@ func TestVerifyOnLatchCutShortRunNeverPasses(t *testing.T) {
 		t.Errorf("the fresh run ended %s, want Failed (the metric fails)", phase)
 	}
 	assertNotVerified(t, op, s, freight, "after the cut-short run ended Successful")
+	waitEvent(t, s, api.ReasonVerificationCutShort)
 }
 
 // TestVerifyOnLatchRepromotedCollectionGetsAFreshRun: a run kargo-latch cut
