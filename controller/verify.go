@@ -65,8 +65,8 @@ func (c *Controller) observeRuns(ctx context.Context, s *snapshot) error {
 	return nil
 }
 
-// startVerification makes the run a plan asks for, and judges again with
-// it. Like a failure's pause, it is made from a judgement of the Stage as
+// startVerification makes the run a plan asks for; it judges again only
+// when the start found other runs, or was refused. Like a failure's pause, it is made from a judgement of the Stage as
 // the API server has it; Kargo's own lookup is played with the live reads:
 // a run that Kargo (or this operator, before a crash) made for the
 // Freight collection is followed, never doubled. A run kargo-latch cannot
@@ -94,7 +94,12 @@ func (c *Controller) startVerification(ctx context.Context, s *snapshot, p plan)
 	if created {
 		klog.FromContext(ctx).Info("Started the Stage's verification", "analysisRun", p.startRun.Run)
 		c.cfg.Metrics.VerificationRunsStarted.WithLabelValues(ns, stage).Inc()
+		// The plan's record already names the run just made, and nothing
+		// else changed: one judgement serves the sync.
+		return s, p, nil
 	}
+	// Kargo's lookup found runs (Kargo's, or this cycle's own from before a
+	// crash): the record must follow them, not name a run never made.
 	out := *s
 	out.obs.Runs = append(slices.Clone(s.obs.Runs), found...)
 	return &out, judge(&out), nil

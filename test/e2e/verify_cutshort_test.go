@@ -11,6 +11,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/kargo-latch/kargo-latch/api"
+	"github.com/kargo-latch/kargo-latch/controller"
 	"github.com/kargo-latch/kargo-latch/controller/verification"
 	"github.com/kargo-latch/kargo-latch/kargo"
 	"github.com/kargo-latch/kargo-latch/latch"
@@ -185,4 +186,119 @@ func assertCutShort(t *testing.T, run *unstructured.Unstructured, stage, collect
 	if !strings.Contains(a[verification.CutShortAnnotation], why) || a[verification.CutShortAtAnnotation] == "" {
 		t.Errorf("run %s annotations = %v, want why (%q) and when", run.GetName(), a, why)
 	}
+}
+
+// TestVerifyOnLatchAdoptedRunIsAbortedThroughKargo: Kargo adopted
+// kargo-latch's run (a Healthy pass found it by its labels); the cycle then
+// fails. kargo-latch never patches the run, Kargo's: it writes Kargo's own
+// abort token on the Stage, Kargo (the driver, as Kargo) aborts and records
+// Failed itself, and the run's Successful end is never read as a pass.
+func TestVerifyOnLatchAdoptedRunIsAbortedThroughKargo(t *testing.T) {
+	t.Parallel()
+	env.rollouts(t)
+	ns := env.newProject(t)
+	metric := metricServer(t)
+	settings := verifySettings()
+	settings.DegradedGrace = 2 * time.Second
+	op := startVerifier(t, ns, settings)
+	s := env.createStage(t, ns, "test", verifyOnLatch, appsAB, webCheck(t, ns, metric, 4, "40s"))
+
+	freight := promote(t, s)
+	flapUntilLatched(t, s)
+	ours := waitAnalysis(t, s, "kargo-latch's run to start", func(a *latch.Analysis) bool { return a.Run != "" }).Analysis.Run
+	must(t, s.SetAppsHealth(ctx, kargo.HealthHealthy, app("a", "Healthy"), app("b", "Healthy")))
+	run, adopted, err := s.KargoAdoptOrStartVerification(ctx)
+	must(t, err)
+	if !adopted || run != ours {
+		t.Fatalf("Kargo's pass took %s (adopted=%v), want kargo-latch's %s adopted", run, adopted, ours)
+	}
+	waitAnalysis(t, s, "the adoption to be seen", func(a *latch.Analysis) bool { return a.AdoptedByKargo })
+
+	must(t, s.SetAppsHealth(ctx, kargo.HealthUnhealthy, app("a", "Degraded"), app("b", "Healthy")))
+	waitPhase(t, s, latch.PhaseFailed)
+	u, err := s.Get(ctx)
+	must(t, err)
+	vid := kargoVerificationID(t, u)
+	waitFor(t, "Kargo's abort token on "+s.Name, func() bool {
+		u, err := s.Get(ctx)
+		must(t, err)
+		return kargo.RequestTokenID(u.GetAnnotations()[kargo.AbortAnnotation]) == vid
+	})
+	waitEvent(t, s, api.ReasonVerificationAbortRequested)
+	before, err := env.kargo.AnalysisRun(ctx, ns, ours)
+	must(t, err)
+	if l := before.GetLabels(); l[verification.StageLabel] == "" || before.GetAnnotations()[verification.CutShortAnnotation] != "" {
+		t.Errorf("kargo-latch changed the run Kargo adopted: labels %v, annotations %v", l, before.GetAnnotations())
+	}
+	if terminate, _, _ := unstructured.NestedBool(before.Object, "spec", "terminate"); terminate {
+		t.Error("kargo-latch terminated the run Kargo adopted")
+	}
+
+	aborted, err := s.KargoAbortIfRequested(ctx)
+	must(t, err)
+	if !aborted {
+		t.Fatal("Kargo's pass found no abort to act on")
+	}
+	a := waitAnalysis(t, s, "the abort in Kargo to be recorded", func(a *latch.Analysis) bool { return a.Phase == latch.VerificationAborted }).Analysis
+	if !strings.HasPrefix(a.Message, "aborted in Kargo") {
+		t.Errorf("analysis message = %q", a.Message)
+	}
+	waitFor(t, "Argo Rollouts to end the run Kargo terminated", func() bool {
+		r, err := env.kargo.AnalysisRun(ctx, ns, ours)
+		must(t, err)
+		return driver.AnalysisRunPhase(r) == "Successful"
+	})
+	must(t, s.SetAppsHealth(ctx, kargo.HealthHealthy, app("a", "Healthy"), app("b", "Healthy")))
+	if phase, err := s.KargoFollowVerification(ctx); err != nil || phase != "Failed" {
+		t.Errorf("Kargo's verification = %s (%v), want Failed", phase, err)
+	}
+	assertNotVerified(t, op, s, freight, "after Kargo aborted the adopted run")
+}
+
+// TestVerifyOnLatchNotPickedUpNamesTheInstanceID: kargo-latch labels its
+// runs for another analysis controller instance than Kargo's own runs in
+// the project carry; no controller picks the run up, and the Warning names
+// the mismatch.
+func TestVerifyOnLatchNotPickedUpNamesTheInstanceID(t *testing.T) {
+	t.Parallel()
+	env.rollouts(t)
+	ns := env.newProject(t)
+	metric := metricServer(t)
+	settings := verifySettings()
+	settings.VerifyPickupTimeout = 3 * time.Second
+	startOperatorWith(t, env.verifier, ns, settings, nil, func(c *controller.Config) {
+		c.VerifyOnLatch, c.RolloutsInstanceID = true, "not-kargos-instance"
+	})
+	// Kargo's own run in the project, unlabelled as the tests' Kargo has
+	// no ROLLOUTS_CONTROLLER_INSTANCE_ID.
+	other := env.createStage(t, ns, "other", nil, appsAB, webCheck(t, ns, metric, 1, ""))
+	promote(t, other)
+	must(t, other.SetAppsHealth(ctx, kargo.HealthHealthy, app("a", "Healthy"), app("b", "Healthy")))
+	_, _, err := other.KargoAdoptOrStartVerification(ctx)
+	must(t, err)
+
+	s := env.createStage(t, ns, "test", verifyOnLatch, appsAB, driver.WithAnalysis(driver.Verification{Templates: []driver.TemplateRef{{Name: "web-check"}}}))
+	promote(t, s)
+	flapUntilLatched(t, s)
+	ev := waitEvent(t, s, api.ReasonVerificationNotPickedUp)
+	for _, want := range []string{"mismatch", "controller-instance-id=not-kargos-instance", "with no controller-instance-id label", "--rollouts-controller-instance-id"} {
+		if !strings.Contains(ev.Message, want) {
+			t.Errorf("VerificationNotPickedUp says %q, want it to name %q", ev.Message, want)
+		}
+	}
+}
+
+// kargoVerificationID is the id of freightHistory[0]'s newest verification.
+func kargoVerificationID(t *testing.T, u *unstructured.Unstructured) string {
+	t.Helper()
+	history, _, _ := unstructured.NestedSlice(u.Object, "status", "freightHistory")
+	if len(history) == 0 {
+		t.Fatal("no freightHistory")
+	}
+	vh, _ := history[0].(map[string]any)["verificationHistory"].([]any)
+	if len(vh) == 0 {
+		t.Fatal("no verification in freightHistory[0]")
+	}
+	id, _ := vh[0].(map[string]any)["id"].(string)
+	return id
 }
