@@ -116,9 +116,9 @@ type Controller struct {
 	// drain of queued auto-promotions.
 	failures *pausing.Failures
 	drainer  *pausing.Drainer
-	// starter makes and terminates verify-on-latch's AnalysisRuns
-	// (controller/verification).
-	starter *verification.Starter
+	// verifier starts and ends verify-on-latch's AnalysisRuns, and reports
+	// them (controller/verification).
+	verifier *verification.Verifier
 
 	// selectors are the label selectors of this operator's shard.
 	selectors []string
@@ -173,7 +173,10 @@ func New(cfg Config) (*Controller, error) {
 		stageInformers: map[string][]cache.SharedIndexInformer{},
 		pauseInformers: map[string]cache.SharedIndexInformer{},
 	}
-	c.starter = &verification.Starter{Dynamic: cfg.Dynamic, InstanceID: cfg.RolloutsInstanceID}
+	c.verifier = &verification.Verifier{
+		Starter: &verification.Starter{Dynamic: cfg.Dynamic, InstanceID: cfg.RolloutsInstanceID},
+		Report:  c.report, Metrics: cfg.Metrics, Clock: cfg.Clock, DryRun: cfg.DryRun,
+	}
 	if cfg.VerifyOnLatch {
 		c.runs = newRunCaches()
 	}

@@ -40,7 +40,7 @@ func (c *Controller) afterStore(stage *kargo.Stage, pauses []*v1alpha1.StagePaus
 			c.cfg.Metrics.ResumesTotal.WithLabelValues(ns, name).Inc()
 		case latch.ActionVerificationStarted, latch.ActionVerificationFinished, latch.ActionVerificationNotPickedUp, latch.ActionVerificationRunDeleted,
 			latch.ActionAbortInKargo, latch.ActionVerificationLeftToKargo:
-			c.reportVerification(stage, a)
+			c.verifier.ReportAction(stage, a)
 		case latch.ActionCycleStarted, latch.ActionCreatePause, latch.ActionMarkVerified, latch.ActionStartVerification, latch.ActionTerminateRun,
 			latch.ActionCutShortRun:
 			// Kargo announces promotions itself; a new pause is reported

@@ -64,7 +64,7 @@ func (c *Controller) execute(ctx context.Context, s *snapshot, p plan) (time.Dur
 	}
 
 	if p.result.Has(latch.ActionVerificationNotPickedUp) && !s.leftAlone {
-		c.explainPickup(ctx, s, &p.result)
+		c.verifier.ExplainPickup(ctx, s.key.Namespace, &p.result)
 	}
 	// 3. Events and metrics, once the record that they report is stored. An
 	// Event the API refused holds back neither the release nor the mark:
@@ -102,7 +102,7 @@ func (c *Controller) execute(ctx context.Context, s *snapshot, p plan) (time.Dur
 	if after := p.result.RequeueAfter; after > 0 {
 		klog.FromContext(ctx).V(4).Info("Time-based transition pending", "phase", p.result.Record.Phase, "after", after)
 	}
-	c.requeueRetry(s.key, c.verifyRetryIn(s))
+	c.requeueRetry(s.key, m.verification.RetryIn(s.prior.Cycle(), s.now))
 	return latch.Earliest(p.result.RequeueAfter, statusCheck, m.mark.RetryIn(s.now)), nil
 }
 

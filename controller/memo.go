@@ -3,12 +3,12 @@ package controller
 import (
 	"hash/maphash"
 	"sync"
-	"time"
 
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/cache"
 
 	"github.com/kargo-latch/kargo-latch/controller/markverified"
+	"github.com/kargo-latch/kargo-latch/controller/verification"
 	"github.com/kargo-latch/kargo-latch/latch"
 )
 
@@ -45,19 +45,9 @@ type memo struct {
 	// nothing; nil when there is none.
 	dryRunRecord *latch.Record
 
-	// verifyRefused is the last refused start of a run reported (cycle and
-	// message); verifyRefusedCycle's start is not tried again before
-	// verifyRetryAt. runsEnded names the steps ("<action>/<run>") this
-	// replica took lately to end runs, so that each is taken once.
-	verifyRefused string
-	badRunPhase   string
-	// verifyUnavailable is the last reason reported why verify-on-latch
-	// is off in the Stage's project (verifyavailability.go).
-	verifyUnavailable  string
-	verifyRefusedCycle string
-	verifyRetryAt      time.Time
-	verifyRefusals     int // refused starts of verifyRefusedCycle
-	runsEnded          []string
+	// verification is verify-on-latch's: refused starts and their
+	// backoff, the steps that ended runs, what was reported.
+	verification verification.Memo
 
 	// unreadableCopy stands for the cached copy of the record last
 	// reported unreadable (recordOf).

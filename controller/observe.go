@@ -13,8 +13,9 @@ import (
 // that it can be reported.
 func observe(s *kargo.Stage, previous latch.Health) (obs latch.Observation, unknown string) {
 	obs.Stage, obs.PreviousHealth = s.Name, previous
-	obs.AbortRequested = kargo.RequestTokenID(s.Annotations[kargo.AbortAnnotation])
-	obs.Reverify = kargo.RequestTokenID(s.Annotations[kargo.ReverifyAnnotation]) != ""
+	// The mirror keeps Kargo's request tokens as the ids they name.
+	obs.AbortRequested = s.Annotations[kargo.AbortAnnotation]
+	obs.Reverify = s.Annotations[kargo.ReverifyAnnotation] != ""
 	st := s.Status
 	if st == nil {
 		return obs, ""

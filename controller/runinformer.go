@@ -86,7 +86,12 @@ func (c *Controller) newRunCache(ns string) (*runCache, error) {
 	}
 	diagnose := c.diagnosingHandler(&c.runs.problems, gvr, ns, rc.name, true)
 	if err := rc.inf.SetWatchErrorHandlerWithContext(func(ctx context.Context, r *cache.Reflector, err error) {
-		rc.refused.Store(apierrors.IsForbidden(err))
+		// Sticky until a list succeeds: an outage (connection refused, a
+		// timeout) says nothing about rights, and must not tear down the
+		// per-project caches a refusal brought.
+		if apierrors.IsForbidden(err) {
+			rc.refused.Store(true)
+		}
 		diagnose(ctx, r, err)
 	}); err != nil {
 		return nil, fmt.Errorf("setting an informer's watch error handler: %w", err)
@@ -179,4 +184,11 @@ func (c *Controller) cachedRuns(ns, stage string) []latch.Run {
 		}
 	}
 	return runs
+}
+
+// runFailedNow reports whether an AnalysisRun kargo-latch started has just
+// ended in a phase that fails its cycle: its Stage goes in the urgent lane.
+func runFailedNow(o, n *unstructured.Unstructured) bool {
+	was, is := verification.RunFrom(o).Phase, verification.RunFrom(n).Phase
+	return is != was && is.FailsRun()
 }

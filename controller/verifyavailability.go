@@ -9,7 +9,6 @@ import (
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/klog/v2"
 
-	"github.com/kargo-latch/kargo-latch/api"
 	"github.com/kargo-latch/kargo-latch/kargo"
 	"github.com/kargo-latch/kargo-latch/latch"
 )
@@ -194,16 +193,10 @@ func (c *Controller) verifyOnLatchAvailability(stage *kargo.Stage, m *memo, sett
 		return
 	}
 	why, off := c.verifyOnLatchOff(stage.Namespace)
-	if !off {
-		m.verifyUnavailable = "" // a later problem is news again
-		return
+	if off {
+		settings.VerifyOnLatch = false
 	}
-	settings.VerifyOnLatch = false
-	if warnOnce(&m.verifyUnavailable, why) {
-		c.report.Warn(stage, api.ReasonVerificationUnavailable,
-			"Verify-on-latch is off for the Stage: %s. It turns on by itself within about a minute of the fix; the latch and the pauses work as usual", why)
-		c.cfg.Metrics.VerificationProblems.WithLabelValues(stage.Namespace, stage.Name, api.ReasonVerificationUnavailable).Inc()
-	}
+	c.verifier.ReportUnavailable(stage, &m.verification, why)
 }
 
 // ReadyNotes says what /readyz reports beside its verdict without counting

@@ -1,24 +1,27 @@
 package kargo
 
-import (
-	"encoding/json"
-	"strings"
-)
+import "encoding/json"
 
 // RequestTokenID is the verification id a Stage's request token
-// (AbortAnnotation, ReverifyAnnotation) names: Kargo takes the value as the
-// id itself, or as a JSON VerificationRequest {"id", "actor",
-// "controlPlane"} (pkg/api/annotations.go). "" when it names none.
+// (AbortAnnotation, ReverifyAnnotation) names, read exactly as Kargo reads
+// it (pkg/api/annotations.go, ReverifyAnnotationValue): a value that is
+// valid JSON must decode as a VerificationRequest {"id", "actor",
+// "controlPlane"}, and names its id; any other value is the id itself. ""
+// means no request: Kargo then acts as if the token were absent.
 func RequestTokenID(value string) string {
-	value = strings.TrimSpace(value)
-	if !strings.HasPrefix(value, "{") {
+	b := []byte(value)
+	if !json.Valid(b) {
 		return value
 	}
 	var req struct {
 		ID string `json:"id"`
 	}
-	if json.Unmarshal([]byte(value), &req) != nil {
+	if json.Unmarshal(b, &req) != nil {
 		return ""
 	}
 	return req.ID
 }
+
+// requestToken reports whether key is one of Kargo's request tokens on a
+// Stage, which the mirror keeps as the id they name.
+func requestToken(key string) bool { return key == AbortAnnotation || key == ReverifyAnnotation }

@@ -120,9 +120,14 @@ func stringMap(obj map[string]any, key string, keep func(string) bool) map[strin
 // keptValue is what a mirror keeps of a kept label or annotation: Kargo's
 // keys (request tokens, actors) are cut to maxTokenLen, so that no Kargo
 // object can make the cache large; kargo-latch's own are kept whole.
+// Kargo's request tokens on a Stage are kept as the id they name, read as
+// Kargo reads them before anything is cut.
 func keptValue(key, value string) string {
 	if strings.HasPrefix(key, OwnPrefix) {
 		return value
+	}
+	if requestToken(key) {
+		value = RequestTokenID(value)
 	}
 	return value[:min(len(value), maxTokenLen)]
 }

@@ -227,8 +227,13 @@ func (m *machine) followOwnRun(a *Analysis) {
 	}
 	if kargoFollows && v.terminal() {
 		// Kargo's verdict, not the run's phase: an abort in Kargo leaves
-		// a Successful run behind (Kargo records Failed itself).
-		m.finishOwnRun(a, kargosVerdict(v))
+		// a Successful run behind (Kargo records Failed itself). A run
+		// someone terminated behind Kargo's back is no pass either.
+		end := kargosVerdict(v)
+		if i := slices.IndexFunc(m.obs.Runs, func(r Run) bool { return r.Name == a.Run }); i >= 0 && m.obs.Runs[i].Terminating && end.phase == VerificationSuccessful {
+			end = ownRunEnd{phase: VerificationAborted, message: "terminated by someone (spec.terminate) while Kargo followed it: Kargo recorded Successful, which is no result"}
+		}
+		m.finishOwnRun(a, end)
 		return
 	}
 	i := slices.IndexFunc(m.obs.Runs, func(r Run) bool { return r.Name == a.Run })

@@ -375,3 +375,43 @@ func TestVerifyOnLatchNeverTerminatesTheRunItAdopts(t *testing.T) {
 }
 
 func withRun(r Run, edit func(*Run)) Run { edit(&r); return r }
+
+func TestVerifyOnLatchTerminatesOnlyAfterTerminateAfter(t *testing.T) {
+	s := verifying()
+	s.VerifyGrace, s.TerminateAfter = 0, 30*time.Second
+	rec := started()
+	rec.Phase, rec.Failure = PhaseFailed, &Failure{Reason: ReasonDegraded, At: at(minutes(10))}
+	cut := ownRun(VerificationRunning)
+	cut.CutShort, cut.CutShortAt = "the cycle it verifies failed (Degraded)", ptr(minutes(10))
+	obs := with(latchedView(), func(o *Observation) { o.Runs = []Run{cut} })
+	if res := Step(s, rec, obs, at(minutes(10)+29*time.Second)); res.Has(ActionTerminateRun) || res.RequeueAfter != time.Second {
+		t.Errorf("before TerminateAfter: %v, requeue %v", kinds(res), res.RequeueAfter)
+	}
+	if res := Step(s, rec, obs, at(minutes(10)+30*time.Second)); !res.Has(ActionTerminateRun) {
+		t.Errorf("at TerminateAfter: %v", kinds(res))
+	}
+	// No readable time: never terminated (it ends on its own).
+	obs.Runs[0].CutShortAt = nil
+	if res := Step(s, rec, obs, at(minutes(60))); res.Has(ActionTerminateRun) {
+		t.Errorf("no time: %v", kinds(res))
+	}
+}
+
+func TestVerifyOnLatchAdoptedRunTerminatedBehindKargoIsNoPass(t *testing.T) {
+	s := verifying()
+	s.MarkVerified = true
+	rec := started()
+	rec.Analysis.AdoptedByKargo = true
+	obs := with(latchedView(), func(o *Observation) {
+		o.Runs = []Run{withRun(ownRun(VerificationSuccessful), func(r *Run) { r.Terminating = true })}
+		o.Verification = &Verification{ID: "k1", Phase: VerificationSuccessful, Run: cycleRun}
+		o.MayMark = true
+	})
+	res := Step(s, rec, obs, at(minutes(6)))
+	if a := res.Record.Analysis; a.Phase != VerificationAborted {
+		t.Errorf("analysis = %+v, want Aborted", a)
+	}
+	if a, ok := res.Action(ActionVerificationFinished); !ok || a.Phase != VerificationAborted {
+		t.Errorf("finished = %+v (%v), want Aborted, never VerificationSucceeded", a, ok)
+	}
+}

@@ -15,8 +15,8 @@ const MaxKargosRuns = 4
 //     kargo-latch's own keys, with why and when) and goes on measuring: a
 //     result it reaches is a true one, should Kargo have adopted it in the
 //     meantime;
-//  2. terminate: a grace (VerifyGrace) later, if Kargo's status, read live,
-//     does not follow it, spec.terminate stops it.
+//  2. terminate: TerminateAfter later, if Kargo's status, read live, does
+//     not follow it, spec.terminate stops it.
 //
 // A run Kargo follows is Kargo's: kargo-latch never patches it, and to end
 // it asks Kargo, with Kargo's own abort token on the Stage, which makes
@@ -60,12 +60,15 @@ func (m *machine) endStrayRuns() {
 		switch {
 		case r.CutShort == "":
 			m.act(Action{Kind: ActionCutShortRun, Run: r.Name, Message: why})
-		case r.Terminating || r.terminal():
-		case r.CutShortAt == nil || !m.now.Before(r.CutShortAt.Add(m.settings.VerifyGrace)):
+		case r.Terminating || r.terminal() || r.CutShortAt == nil:
+			// Without a readable time it was cut short, it is never
+			// terminated: out of the lookup, it can only end in a true
+			// result.
+		case !m.now.Before(r.CutShortAt.Add(m.terminateAfter())):
 			m.act(Action{Kind: ActionTerminateRun, Run: r.Name,
 				Message: "terminating AnalysisRun " + r.Name + ", cut short by kargo-latch: " + r.CutShort})
 		default:
-			m.runsDue = Earliest(m.runsDue, r.CutShortAt.Add(m.settings.VerifyGrace).Sub(m.now))
+			m.runsDue = Earliest(m.runsDue, r.CutShortAt.Add(m.terminateAfter()).Sub(m.now))
 		}
 	}
 }
@@ -89,6 +92,13 @@ func (m *machine) abortInKargo(a *Analysis, v *Verification, why string) {
 	a.AbortRequested = v.ID
 	m.act(Action{Kind: ActionAbortInKargo, Run: v.Run, VerificationID: v.ID,
 		Message: "asking Kargo to abort its verification " + v.ID + " (AnalysisRun " + v.Run + ", adopted by Kargo): " + why})
+}
+
+// terminateAfter is how long a run cut short waits before it is
+// terminated: long enough for a lookup of Kargo's that listed the run just
+// before it left to show in Kargo's status (never less than Kargo's grace).
+func (m *machine) terminateAfter() time.Duration {
+	return max(m.settings.TerminateAfter, m.settings.VerifyGrace)
 }
 
 // cutShortRequeue says when a run cut short is due to be terminated.

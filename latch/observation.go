@@ -213,6 +213,11 @@ type Settings struct {
 	// VerifyGrace is how long after the latch Kargo is given to start its
 	// own verification before kargo-latch starts it.
 	VerifyGrace time.Duration
+	// TerminateAfter is how long a run kargo-latch cut short waits before
+	// it is terminated (never less than VerifyGrace): a Healthy pass of
+	// Kargo that listed the run just before it left Kargo's lookup shows in
+	// Kargo's status by then, and the run is then Kargo's to end.
+	TerminateAfter time.Duration
 	// VerifyPickupTimeout is how long a run kargo-latch made may show no
 	// phase before that is reported: no analysis controller picked it up.
 	VerifyPickupTimeout time.Duration

@@ -111,6 +111,7 @@ func parseFlags(args []string) (*options, error) {
 	fs.BoolVar(&o.verifyOnLatch, "enable-verify-on-latch", false, "Let Stages opt into verify-on-latch: watch the AnalysisRuns kargo-latch makes, and start a latched cycle's configured verification when Kargo has not (needs the verify-on-latch rights and Argo Rollouts' CRDs).")
 	fs.BoolVar(&o.defaults.VerifyOnLatch, "verify-on-latch", false, "Default of kargo-latch.io/verify-on-latch (with --enable-verify-on-latch): once a cycle latches, start the Stage's configured verification as Kargo would, if Kargo has not.")
 	fs.DurationVar(&o.defaults.VerifyGrace, "verify-grace", 10*time.Second, "How long after a latch Kargo is given to start its own verification before kargo-latch starts it (verify-on-latch).")
+	fs.DurationVar(&o.defaults.TerminateAfter, "verify-terminate-after", 30*time.Second, "How long an AnalysisRun kargo-latch took out of Kargo's lookup (cut short) runs on before it is terminated, if Kargo's status does not follow it by then (at least 5s, and never less than --verify-grace).")
 	fs.DurationVar(&o.defaults.VerifyPickupTimeout, "verify-pickup-timeout", 2*time.Minute, "How long an AnalysisRun kargo-latch made may show no phase before a Warning says that no Argo Rollouts analysis controller picked it up.")
 	fs.StringVar(&o.rolloutsInstanceID, "rollouts-controller-instance-id", "", "Label the AnalysisRuns kargo-latch starts for this Argo Rollouts controller instance (argo-rollouts.argoproj.io/controller-instance-id), as Kargo's ROLLOUTS_CONTROLLER_INSTANCE_ID; set it to Kargo's value.")
 	fs.DurationVar(&o.defaults.NewFailureWindow, "new-failure-window", 15*time.Minute, "A Stage first seen without a record (made while no replica led: a failover, an upgrade) whose promotion failed this recently is judged as failing now; older failures (a first install) are only recorded. 0 judges none.")
@@ -153,6 +154,9 @@ func parseFlags(args []string) (*options, error) {
 	if o.defaults.LatchDeadline < 0 || o.defaults.DegradedGrace < 0 || o.defaults.NewFailureWindow < 0 ||
 		o.defaults.VerifyGrace < 0 || o.defaults.VerifyPickupTimeout < 0 {
 		return nil, errors.New("--latch-deadline, --degraded-grace, --new-failure-window, --verify-grace and --verify-pickup-timeout must not be negative")
+	}
+	if o.defaults.TerminateAfter < minTerminateAfter {
+		return nil, fmt.Errorf("--verify-terminate-after must be at least %s: it is the time a lookup of Kargo's, made just before a run left it, has to show in Kargo's status", minTerminateAfter)
 	}
 	if o.defaults.VerifyOnLatch && !o.verifyOnLatch {
 		return nil, errors.New("--verify-on-latch needs --enable-verify-on-latch (the verify-on-latch rights and Argo Rollouts' CRDs): without it every Stage would be warned that it cannot verify on latch")
@@ -279,3 +283,6 @@ func flagSet(fs *flag.FlagSet, name string) bool {
 	fs.Visit(func(f *flag.Flag) { set = set || f.Name == name })
 	return set
 }
+
+// minTerminateAfter is the least --verify-terminate-after.
+const minTerminateAfter = 5 * time.Second

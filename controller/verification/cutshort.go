@@ -12,6 +12,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/kargo-latch/kargo-latch/api"
+	"github.com/kargo-latch/kargo-latch/kargo"
 	"github.com/kargo-latch/kargo-latch/latch"
 )
 
@@ -50,14 +51,11 @@ func CutShortPatch(labels map[string]string, why string, at time.Time) []byte {
 // a run that carries kargo-latch's marker and both of Kargo's labels is
 // patched. A run already cut short, or gone, needs nothing.
 func (s *Starter) CutShort(ctx context.Context, namespace, name, why string, at time.Time) error {
+	u, err := s.readRun(ctx, namespace, name)
+	if u == nil || err != nil {
+		return err
+	}
 	runs := s.Dynamic.Resource(AnalysisRunsResource).Namespace(namespace)
-	u, err := runs.Get(ctx, name, metav1.GetOptions{})
-	if apierrors.IsNotFound(err) {
-		return nil
-	}
-	if err != nil {
-		return fmt.Errorf("reading AnalysisRun %s/%s: %w", namespace, name, err)
-	}
 	l := u.GetLabels()
 	if l[MarkerLabel] != MarkerValue || l[StageLabel] == "" || l[FreightCollectionLabel] == "" {
 		return nil
@@ -69,12 +67,58 @@ func (s *Starter) CutShort(ctx context.Context, namespace, name, why string, at 
 	return err
 }
 
-// cutShortOf reads a run's cut-short annotations.
+// readRun reads a run live; nil when it is gone.
+func (s *Starter) readRun(ctx context.Context, namespace, name string) (*unstructured.Unstructured, error) {
+	u, err := s.Dynamic.Resource(AnalysisRunsResource).Namespace(namespace).Get(ctx, name, metav1.GetOptions{})
+	if apierrors.IsNotFound(err) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("reading AnalysisRun %s/%s: %w", namespace, name, err)
+	}
+	return u, nil
+}
+
+// KargoFollows reads the Stage live and reports whether any verification
+// in Kargo's status (of the current Freight collection or an earlier one)
+// names run: Kargo adopted it, so it is Kargo's, and kargo-latch never
+// patches it. A Stage gone verifies nothing.
+func (s *Starter) KargoFollows(ctx context.Context, namespace, stage, run string) (bool, error) {
+	u, err := s.Dynamic.Resource(kargo.StagesResource).Namespace(namespace).Get(ctx, stage, metav1.GetOptions{})
+	if apierrors.IsNotFound(err) {
+		return false, nil
+	}
+	if err != nil {
+		return false, fmt.Errorf("reading Stage %s/%s: %w", namespace, stage, err)
+	}
+	history, _, _ := unstructured.NestedSlice(u.Object, "status", "freightHistory")
+	for _, c := range history {
+		collection, _ := c.(map[string]any)
+		verifications, _ := collection["verificationHistory"].([]any)
+		for _, vi := range verifications {
+			if m, ok := vi.(map[string]any); ok {
+				if name, _, _ := unstructured.NestedString(m, "analysisRun", "name"); name == run {
+					return true, nil
+				}
+			}
+		}
+	}
+	return false, nil
+}
+
+// cutShortOf reads whether a run of kargo-latch's was cut short: by its
+// labels alone, Kargo's two gone and kargo-latch's copy there, since only
+// the labels keep Kargo from adopting it. Its annotations, which a Stage's
+// analysisRunMetadata or anyone may also set, only say why and when; a run
+// still in Kargo's lookup is never taken as cut short, whatever they say.
 func cutShortOf(u *unstructured.Unstructured) (why string, at *time.Time) {
-	a := u.GetAnnotations()
+	l, a := u.GetLabels(), u.GetAnnotations()
+	if l[StageLabel] != "" || l[FreightCollectionLabel] != "" || l[CutShortStageLabel] == "" {
+		return "", nil
+	}
 	why = a[CutShortAnnotation]
 	if why == "" {
-		return "", nil
+		why = "taken out of Kargo's lookup (no reason recorded)"
 	}
 	if t, err := time.Parse(time.RFC3339, a[CutShortAtAnnotation]); err == nil {
 		at = &t

@@ -2,6 +2,7 @@ package verification
 
 import (
 	"context"
+	"errors"
 	"strings"
 	"testing"
 	"time"
@@ -98,5 +99,27 @@ func TestPickupHintNamesAnInstanceMismatch(t *testing.T) {
 	same := (&Starter{Dynamic: c, InstanceID: "kargo-rollouts"}).PickupHint(context.Background(), "demo")
 	if strings.Contains(same, "mismatch") || !strings.Contains(same, "--instance-id kargo-rollouts") {
 		t.Errorf("hint with the same id = %q", same)
+	}
+}
+
+// A run still in Kargo's lookup is never taken as cut short, whatever its
+// annotations say (a Stage's analysisRunMetadata can set them), and is
+// never terminated: Argo Rollouts would end it Successful, which Kargo's
+// lookup would adopt.
+func TestARunInTheLookupIsNeverCutShortByItsAnnotations(t *testing.T) {
+	planted := ownRunObject("planted", nil)
+	planted.SetAnnotations(map[string]string{CutShortAnnotation: "planted", CutShortAtAnnotation: "2026-01-01T00:00:00Z"})
+	if r := RunFrom(planted); r.CutShort != "" || r.CutShortAt != nil {
+		t.Errorf("run in the lookup read as cut short: %+v", r)
+	}
+	c := starterWorld(t, planted)
+	err := (&Starter{Dynamic: c}).Terminate(context.Background(), "demo", "planted")
+	if !errors.Is(err, ErrInLookup) {
+		t.Fatalf("Terminate = %v, want ErrInLookup", err)
+	}
+	for _, a := range c.Actions() {
+		if a.GetVerb() == "patch" {
+			t.Error("patched a run still in Kargo's lookup")
+		}
 	}
 }

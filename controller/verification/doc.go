@@ -1,10 +1,13 @@
 // Package verification builds the AnalysisRun that starts a Stage's
 // configured verification exactly as Kargo's own controller would build it,
 // so that Kargo adopts kargo-latch's run on its next Healthy pass instead of
-// starting a second analysis. It is pure: the caller fetches the Stage, the
-// templates, the Freight and the Warehouses; this package only reads them.
-// Anything it cannot do exactly as Kargo would is an *Unsupported error and
-// no run: never a run with a wrong argument.
+// starting a second analysis. Build is pure: it is given the Stage, the
+// templates, the Freight and the Warehouses. Starter reads them live, and
+// makes, reads, cuts short and terminates runs. Verifier is verify-on-latch's
+// part of a Stage's sync (observe, start, end, report), with what it
+// remembers per Stage in a Memo; the sync judges when each is due. Anything
+// it cannot do exactly as Kargo would is an *Unsupported error and no run:
+// never a run with a wrong argument.
 //
 // Facts from Kargo's source (akuity/kargo, read 2026-12-06; the same shape on
 // v1.11.2 and main unless noted):

@@ -237,17 +237,31 @@ func (s *Starter) Get(ctx context.Context, namespace, name string) (run latch.Ru
 	return RunFrom(u), true, nil
 }
 
-// Terminate stops a run as Kargo's abort does: a merge patch of
-// spec.terminate, the one key kargo-latch may change on a run. A run
-// already gone needs nothing.
+// Terminate stops a run kargo-latch cut short, as Kargo's abort does: a
+// merge patch of spec.terminate. It is read first, and the patch is
+// conditional on what was read: a run still carrying either of Kargo's
+// lookup labels is refused (ErrInLookup), never terminated, since Argo
+// Rollouts would end it Successful and Kargo could adopt it as a pass. A
+// run already gone needs nothing.
 func (s *Starter) Terminate(ctx context.Context, namespace, name string) error {
-	_, err := s.Dynamic.Resource(AnalysisRunsResource).Namespace(namespace).Patch(ctx, name, types.MergePatchType,
-		[]byte(`{"spec":{"terminate":true}}`), metav1.PatchOptions{FieldManager: api.FieldManager})
+	u, err := s.readRun(ctx, namespace, name)
+	if u == nil || err != nil {
+		return err
+	}
+	runs := s.Dynamic.Resource(AnalysisRunsResource).Namespace(namespace)
+	if l := u.GetLabels(); l[StageLabel] != "" || l[FreightCollectionLabel] != "" {
+		return fmt.Errorf("AnalysisRun %s/%s: %w", namespace, name, ErrInLookup)
+	}
+	patch := fmt.Sprintf(`{"metadata":{"resourceVersion":%q},"spec":{"terminate":true}}`, u.GetResourceVersion())
+	_, err = runs.Patch(ctx, name, types.MergePatchType, []byte(patch), metav1.PatchOptions{FieldManager: api.FieldManager})
 	if apierrors.IsNotFound(err) {
 		return nil
 	}
 	return err
 }
+
+// ErrInLookup refuses to terminate a run still in Kargo's lookup.
+var ErrInLookup = errors.New("still carries Kargo's lookup labels: not terminated (a terminated run ends Successful, which Kargo would adopt)")
 
 // IsUnsupported reports whether err says that a run cannot be built or
 // made exactly as Kargo would: never retried at once, and never a run.

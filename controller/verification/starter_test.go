@@ -30,10 +30,11 @@ func starterWorld(t *testing.T, runs ...*unstructured.Unstructured) *dynamicfake
 	}, objs...)
 }
 
-func creates(c *dynamicfake.FakeDynamicClient) int {
+// calls counts the requests of a verb ("create", "patch") made of c.
+func calls(c *dynamicfake.FakeDynamicClient, verb string) int {
 	n := 0
 	for _, a := range c.Actions() {
-		if a.GetVerb() == "create" {
+		if a.GetVerb() == verb {
 			n++
 		}
 	}
@@ -79,7 +80,7 @@ metadata:
 	if err != nil || created || len(runs) != 1 || runs[0].Name != "test.kargo-made" || runs[0].Ours {
 		t.Errorf("Start = %+v, created %v, %v; want Kargo's run followed", runs, created, err)
 	}
-	if n := creates(c); n != 0 {
+	if n := calls(c, "create"); n != 0 {
 		t.Errorf("%d creates, want 0", n)
 	}
 }
@@ -106,7 +107,7 @@ func TestStartReportsWhatCannotBeBuiltFirst(t *testing.T) {
 			t.Fatalf("Start: created %v, %v; want TemplateMissing", created, err)
 		}
 	}
-	if n := creates(c); n != 0 {
+	if n := calls(c, "create"); n != 0 {
 		t.Errorf("%d creates, want 0", n)
 	}
 }

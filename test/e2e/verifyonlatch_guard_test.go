@@ -202,6 +202,17 @@ func TestVerifyOnLatchGuard(t *testing.T) {
 			t.Errorf("changing %s of its own run: %v, want refused by %s", what, err, guard)
 		}
 	}
+	// Still in Kargo's lookup, its run is not terminated: Argo Rollouts
+	// would end it Successful, and Kargo adopt it.
+	if err := patch(mine.GetName(), terminate); !deniedBy(err, guard) {
+		t.Errorf("terminating its own run still in Kargo's lookup: %v, want refused by %s", err, guard)
+	}
+	l := mine.GetLabels()
+	must(t, patch(mine.GetName(), map[string]any{"metadata": map[string]any{
+		"labels": map[string]any{"kargo.akuity.io/stage": nil, "kargo.akuity.io/freight-collection": nil,
+			"kargo-latch.io/stage": l["kargo.akuity.io/stage"], "kargo-latch.io/freight-collection": l["kargo.akuity.io/freight-collection"]},
+		"annotations": map[string]any{"kargo-latch.io/cut-short": "the cycle failed", "kargo-latch.io/cut-short-at": "2026-12-07T10:00:00Z"},
+	}}))
 	must(t, patch(mine.GetName(), terminate))
 	if err := patch(mine.GetName(), map[string]any{"spec": map[string]any{"terminate": false}}); !deniedBy(err, guard) {
 		t.Errorf("unsetting terminate of its own run: %v, want refused by %s", err, guard)

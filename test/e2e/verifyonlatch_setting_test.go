@@ -16,7 +16,7 @@ import (
 // its ServiceAccount, which the guard reads as its param.
 const (
 	providersSetting  = "kargo-latch.io/verify-on-latch-metric-providers"
-	secretArgsSetting = "kargo-latch.io/verify-on-latch-secret-args"
+	secretArgsSetting = "kargo-latch.io/verify-on-latch-secret-args" //nolint:gosec // an annotation's name, not a credential
 	// shippedProviders is the shipped value: every provider of Argo
 	// Rollouts but job.
 	shippedProviders = "prometheus,kayenta,web,datadog,wavefront,newRelic,cloudWatch,graphite,influxdb,skywalking,plugin"
@@ -36,8 +36,9 @@ func withMetrics(name string, metrics, args []any) *unstructured.Unstructured {
 	return r
 }
 
-func webMetric(name string) map[string]any {
-	return map[string]any{"name": name, "provider": map[string]any{"web": map[string]any{"url": "http://127.0.0.1:1/{{args.token}}"}}}
+// webMetric is the metric "up", asking a web endpoint.
+func webMetric() map[string]any {
+	return map[string]any{"name": "up", "provider": map[string]any{"web": map[string]any{"url": "http://127.0.0.1:1/{{args.token}}"}}}
 }
 
 func prometheusMetric(name string) map[string]any {
@@ -82,7 +83,7 @@ func TestVerifyOnLatchGuardSetting(t *testing.T) {
 
 	fieldArg := map[string]any{"name": "stage", "valueFrom": map[string]any{"fieldRef": map[string]any{"fieldPath": "metadata.labels['kargo.akuity.io/stage']"}}}
 	valueArg := map[string]any{"name": "token", "value": "plain"}
-	inside := withMetrics("test.latch-inside0000001.abc123", []any{webMetric("up"), prometheusMetric("errors")}, []any{valueArg, fieldArg})
+	inside := withMetrics("test.latch-inside0000001.abc123", []any{webMetric(), prometheusMetric("errors")}, []any{valueArg, fieldArg})
 	f.create(t, "a run inside the shipped setting", inside)
 
 	setting := func(providers, secrets any) {
@@ -115,11 +116,11 @@ func TestVerifyOnLatchGuardSetting(t *testing.T) {
 			return err == nil
 		})
 	}
-	job := withMetrics("test.latch-job00000000001.abc123", []any{webMetric("up"), jobMetric("smoke")}, nil)
-	dryRunJob := withMetrics("test.latch-job00000000002.abc123", []any{webMetric("up"), jobMetric("smoke")}, nil)
+	job := withMetrics("test.latch-job00000000001.abc123", []any{webMetric(), jobMetric("smoke")}, nil)
+	dryRunJob := withMetrics("test.latch-job00000000002.abc123", []any{webMetric(), jobMetric("smoke")}, nil)
 	dryRunJob.Object["spec"].(map[string]any)["dryRun"] = []any{map[string]any{"metricName": "smoke"}}
-	secret := withMetrics("test.latch-secret00000001.abc123", []any{webMetric("up")}, []any{secretArg("token", "db-creds")})
-	otherSecret := withMetrics("test.latch-secret00000002.abc123", []any{webMetric("up")}, []any{secretArg("token", "admin-creds")})
+	secret := withMetrics("test.latch-secret00000001.abc123", []any{webMetric()}, []any{secretArg("token", "db-creds")})
+	otherSecret := withMetrics("test.latch-secret00000002.abc123", []any{webMetric()}, []any{secretArg("token", "admin-creds")})
 	prometheus := withMetrics("test.latch-prom0000000001.abc123", []any{prometheusMetric("errors")}, nil)
 
 	// The shipped setting, as the component builds it.
@@ -144,7 +145,7 @@ func TestVerifyOnLatchGuardSetting(t *testing.T) {
 
 	// Nothing ("" is none).
 	setting("", "")
-	web := withMetrics("test.latch-none000000001.abc123", []any{webMetric("up")}, nil)
+	web := withMetrics("test.latch-none000000001.abc123", []any{webMetric()}, nil)
 	waitDeniedBy(t, "the guard to refuse a web metric once the setting allows none", f.guard, func() error {
 		_, err := f.asOperator.Create(ctx, web, dryRunCreate)
 		return err
@@ -185,7 +186,7 @@ func TestChartVerifyOnLatchSetting(t *testing.T) {
 		"without the values (--reuse-values)": {[]string{"verifyOnLatch.metricProviders=null", "verifyOnLatch.secretArgs=null"},
 			map[string]string{providersSetting: shippedProviders, secretArgsSetting: ""}},
 		"widened": {[]string{"verifyOnLatch.metricProviders={web,job}", "verifyOnLatch.secretArgs={db-creds,api-token}", "controller.annotations.e2e=x"},
-			map[string]string{providersSetting: "web,job", secretArgsSetting: "db-creds,api-token", "e2e": "x"}},
+			map[string]string{providersSetting: "web,job", secretArgsSetting: "db-creds,api-token", "e2e": "x"}}, //nolint:gosec // Secret names in a setting, not credentials
 		"any": {[]string{"verifyOnLatch.metricProviders={*}", "verifyOnLatch.secretArgs={*}"},
 			map[string]string{providersSetting: "*", secretArgsSetting: "*"}},
 	} {
