@@ -23,7 +23,7 @@ import (
 )
 
 // testVerifier is a Verifier on c; its Events go to the recorder returned.
-func testVerifier(c *dynamicfake.FakeDynamicClient, _ *kargo.Stage) (*Verifier, *record.FakeRecorder) {
+func testVerifier(c *dynamicfake.FakeDynamicClient) (*Verifier, *record.FakeRecorder) {
 	events := record.NewFakeRecorder(20)
 	clk := clocktesting.NewFakeClock(time.Date(2026, 12, 7, 10, 0, 0, 0, time.UTC))
 	return &Verifier{
@@ -32,15 +32,6 @@ func testVerifier(c *dynamicfake.FakeDynamicClient, _ *kargo.Stage) (*Verifier, 
 		Metrics: metrics.New(prometheus.NewRegistry(), "test"),
 		Clock:   clk,
 	}, events
-}
-
-// testStage is Stage demo/test; Kargo's status follows followedRun, if any.
-func testStage(followedRun string) *kargo.Stage {
-	s := &kargo.Stage{ObjectMeta: metav1.ObjectMeta{Name: "test", Namespace: "demo"}, Status: &kargo.StageStatus{}}
-	if followedRun != "" {
-		s.Status.Verification = &kargo.VerificationInfo{ID: "v1", Run: followedRun}
-	}
-	return s
 }
 
 // wantWrites checks the patches made of c so far, and the Events sent since
@@ -77,12 +68,12 @@ func TestRefusedStartWarnsOnceAndBacksOff(t *testing.T) {
 	if err := c.Resource(AnalysisTemplatesResource).Namespace("demo").Delete(context.Background(), "error-rate", metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	v, events := testVerifier(c, nil)
+	v, events := testVerifier(c)
 	var m Memo
 	now := time.Date(2026, 12, 7, 10, 0, 0, 0, time.UTC)
 	want := RunStart{Cycle: "c1/p1", Collection: collectionID, Run: fullInput(t).Name, Now: now}
 	for i, wait := range []time.Duration{time.Minute, 2 * time.Minute} {
-		outcome, found, err := v.Start(context.Background(), testStage(""), &m, want)
+		outcome, found, err := v.Start(context.Background(), testStage(), &m, want)
 		if err != nil || outcome != Refused || found != nil {
 			t.Fatalf("start %d = %v, %v, %v; want Refused", i+1, outcome, found, err)
 		}
@@ -95,7 +86,7 @@ func TestRefusedStartWarnsOnceAndBacksOff(t *testing.T) {
 		t.Errorf("another cycle waits %v, want 0", got)
 	}
 	want.Cycle = "c2/p2"
-	if _, _, err := v.Start(context.Background(), testStage(""), &m, want); err != nil {
+	if _, _, err := v.Start(context.Background(), testStage(), &m, want); err != nil {
 		t.Fatal(err)
 	}
 	if got := m.RetryIn(want.Cycle, now); got != time.Minute {
@@ -107,11 +98,11 @@ func TestRefusedStartWarnsOnceAndBacksOff(t *testing.T) {
 // asks again: the step is taken, and reported, once.
 func TestEndCutsShortOnceWhileTheCacheLags(t *testing.T) {
 	c := starterWorld(t, ownRunObject("ours", nil))
-	v, events := testVerifier(c, testStage(""))
+	v, events := testVerifier(c)
 	var m Memo
 	step := []latch.Action{{Kind: latch.ActionCutShortRun, Run: "ours", Message: "the cycle it verifies failed"}}
 	for range 2 {
-		if err := v.End(context.Background(), testStage(""), &m, step); err != nil {
+		if err := v.End(context.Background(), testStage(), &m, step); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -129,10 +120,10 @@ func TestEndLeavesARunKargoFollows(t *testing.T) {
 	} {
 		c := starterWorld(t, ownRunObject("ours", cut))
 		setStageHistory(t, c, history)
-		v, events := testVerifier(c, nil)
+		v, events := testVerifier(c)
 		var m Memo
 		steps := []latch.Action{{Kind: latch.ActionCutShortRun, Run: "ours"}, {Kind: latch.ActionTerminateRun, Run: "ours", Message: "no cycle needs it"}}
-		if err := v.End(context.Background(), testStage(""), &m, steps); err != nil {
+		if err := v.End(context.Background(), testStage(), &m, steps); err != nil {
 			t.Fatal(err)
 		}
 		wantWrites(t, c, events, 0)
@@ -143,8 +134,8 @@ func TestEndLeavesARunKargoFollows(t *testing.T) {
 	// Kargo follows another run: the run cut short is terminated.
 	c := starterWorld(t, ownRunObject("ours", cut))
 	setStageHistory(t, c, []any{map[string]any{"id": "c1", "verificationHistory": []any{map[string]any{"id": "v3", "analysisRun": map[string]any{"name": "kargos"}}}}})
-	v, events := testVerifier(c, nil)
-	if err := v.End(context.Background(), testStage(""), &Memo{}, []latch.Action{{Kind: latch.ActionTerminateRun, Run: "ours"}}); err != nil {
+	v, events := testVerifier(c)
+	if err := v.End(context.Background(), testStage(), &Memo{}, []latch.Action{{Kind: latch.ActionTerminateRun, Run: "ours"}}); err != nil {
 		t.Fatal(err)
 	}
 	wantWrites(t, c, events, 1, "Normal "+api.ReasonVerificationTerminated)
@@ -168,11 +159,16 @@ func setStageHistory(t *testing.T, c *dynamicfake.FakeDynamicClient, history []a
 // In --dry-run no run is ended.
 func TestEndInDryRunWritesNothing(t *testing.T) {
 	c := starterWorld(t, ownRunObject("ours", nil))
-	v, events := testVerifier(c, testStage(""))
+	v, events := testVerifier(c)
 	v.DryRun = true
 	steps := []latch.Action{{Kind: latch.ActionCutShortRun, Run: "ours"}, {Kind: latch.ActionTerminateRun, Run: "ours"}}
-	if err := v.End(context.Background(), testStage(""), &Memo{}, steps); err != nil {
+	if err := v.End(context.Background(), testStage(), &Memo{}, steps); err != nil {
 		t.Fatal(err)
 	}
 	wantWrites(t, c, events, 0)
+}
+
+// testStage is Stage demo/test as the sync has it.
+func testStage() *kargo.Stage {
+	return &kargo.Stage{ObjectMeta: metav1.ObjectMeta{Name: "test", Namespace: "demo"}, Status: &kargo.StageStatus{}}
 }

@@ -28,18 +28,9 @@ import (
 // fresh run decides, fails, and the Freight is never verified in the Stage.
 func TestVerifyOnLatchCutShortRunNeverPasses(t *testing.T) {
 	t.Parallel()
-	env.rollouts(t)
-	ns := env.newProject(t)
-	metric := metricServer(t)
-	settings := verifySettings()
-	settings.DegradedGrace = 2 * time.Second
-	op := startVerifier(t, ns, settings)
-	s := env.createStage(t, ns, "test", verifyOnLatch, appsAB, webCheck(t, ns, metric, 4, "40s"))
-
-	freight := promote(t, s)
-	flapUntilLatched(t, s)
+	w := latchedWithALongRun(t)
+	ns, metric, op, s, freight, ours := w.ns, w.metric, w.op, w.s, w.freight, w.run
 	collection := collectionOf(t, s)
-	ours := waitAnalysis(t, s, "kargo-latch's run to start", func(a *latch.Analysis) bool { return a.Run != "" }).Analysis.Run
 	waitFor(t, "the run's first measurement", func() bool { return metric.Requests() >= 1 })
 	metric.SetFailing(true)
 	must(t, s.SetAppsHealth(ctx, kargo.HealthUnhealthy, app("a", "Degraded"), app("b", "Healthy")))
@@ -195,17 +186,8 @@ func assertCutShort(t *testing.T, run *unstructured.Unstructured, stage, collect
 // Failed itself, and the run's Successful end is never read as a pass.
 func TestVerifyOnLatchAdoptedRunIsAbortedThroughKargo(t *testing.T) {
 	t.Parallel()
-	env.rollouts(t)
-	ns := env.newProject(t)
-	metric := metricServer(t)
-	settings := verifySettings()
-	settings.DegradedGrace = 2 * time.Second
-	op := startVerifier(t, ns, settings)
-	s := env.createStage(t, ns, "test", verifyOnLatch, appsAB, webCheck(t, ns, metric, 4, "40s"))
-
-	freight := promote(t, s)
-	flapUntilLatched(t, s)
-	ours := waitAnalysis(t, s, "kargo-latch's run to start", func(a *latch.Analysis) bool { return a.Run != "" }).Analysis.Run
+	w := latchedWithALongRun(t)
+	ns, op, s, freight, ours := w.ns, w.op, w.s, w.freight, w.run
 	must(t, s.SetAppsHealth(ctx, kargo.HealthHealthy, app("a", "Healthy"), app("b", "Healthy")))
 	run, adopted, err := s.KargoAdoptOrStartVerification(ctx)
 	must(t, err)
@@ -301,4 +283,57 @@ func kargoVerificationID(t *testing.T, u *unstructured.Unstructured) string {
 	}
 	id, _ := vh[0].(map[string]any)["id"].(string)
 	return id
+}
+
+// TestVerifyOnLatchPlantedCutShortAnnotationIsNoEnd: a Stage's
+// analysisRunMetadata puts kargo-latch's cut-short annotations on the run
+// (anyone may): the run is still in Kargo's lookup, so it is not taken as
+// cut short; its failing metric fails the cycle, as it would any run.
+func TestVerifyOnLatchPlantedCutShortAnnotationIsNoEnd(t *testing.T) {
+	t.Parallel()
+	env.rollouts(t)
+	ns := env.newProject(t)
+	metric := metricServer(t)
+	metric.SetFailing(true)
+	startVerifier(t, ns, verifySettings())
+	webCheck(t, ns, metric, 1, "")
+	s := env.createStage(t, ns, "test", verifyOnLatch, appsAB, driver.WithAnalysis(driver.Verification{
+		Templates: []driver.TemplateRef{{Name: "web-check"}},
+		RunAnnotations: map[string]string{
+			verification.CutShortAnnotation:   "planted by analysisRunMetadata",
+			verification.CutShortAtAnnotation: "2026-01-01T00:00:00Z",
+		},
+	}))
+	promote(t, s)
+	flapUntilLatched(t, s)
+	r := waitPhase(t, s, latch.PhaseFailed)
+	if r.Failure.Reason != latch.ReasonVerificationFailed || r.Analysis == nil || r.Analysis.Phase != latch.VerificationFailed {
+		t.Errorf("failure %+v, analysis %+v: want the run's failure, not an end", r.Failure, r.Analysis)
+	}
+}
+
+// longRunWorld is a latched verify-on-latch Stage whose run kargo-latch
+// started: four web measurements, 40 s apart, so that it runs on while
+// the test acts; a degraded grace of 2 s.
+type longRunWorld struct {
+	ns      string
+	metric  *driver.MetricServer
+	op      *operator
+	s       *driver.Stage
+	freight string
+	run     string
+}
+
+func latchedWithALongRun(t *testing.T) longRunWorld {
+	t.Helper()
+	env.rollouts(t)
+	w := longRunWorld{ns: env.newProject(t), metric: metricServer(t)}
+	settings := verifySettings()
+	settings.DegradedGrace = 2 * time.Second
+	w.op = startVerifier(t, w.ns, settings)
+	w.s = env.createStage(t, w.ns, "test", verifyOnLatch, appsAB, webCheck(t, w.ns, w.metric, 4, "40s"))
+	w.freight = promote(t, w.s)
+	flapUntilLatched(t, w.s)
+	w.run = waitAnalysis(t, w.s, "kargo-latch's run to start", func(a *latch.Analysis) bool { return a.Run != "" }).Analysis.Run
+	return w
 }
