@@ -2,6 +2,7 @@ package controller
 
 import (
 	"context"
+	"errors"
 	"time"
 
 	"k8s.io/klog/v2"
@@ -79,15 +80,18 @@ func (c *Controller) execute(ctx context.Context, s *snapshot, p plan) (time.Dur
 	if err := c.releasePauses(ctx, p.release); err != nil {
 		return 0, err
 	}
-	// 4b. Runs no cycle needs any more ended, the record saying why.
-	if err := c.endRuns(ctx, s, p.endRuns); err != nil {
-		return 0, err
-	}
+	// 4b. Runs no cycle needs any more ended, the record saying why. A
+	// leftover run that cannot be ended now holds back neither the mark
+	// nor the rest: its error is returned last, and the sync retried.
+	endErr := c.endRuns(ctx, s, p.endRuns)
 	// 5. The mark, judged again on the stored view.
 	if reads != nil {
 		if err := c.markPass(ctx, s, stored, reads); err != nil {
-			return 0, err
+			return 0, errors.Join(err, endErr)
 		}
+	}
+	if endErr != nil {
+		return 0, endErr
 	}
 	if announceErr != nil {
 		return 0, announceErr

@@ -30,9 +30,12 @@ func (c *Controller) observeRuns(ctx context.Context, s *snapshot) error {
 	m := &s.memo.verification
 	if !c.watchesRunsIn(s.key.Namespace) {
 		// Verify-on-latch is off here for now (no cache of runs, or not
-		// yet synced), but a run of kargo-latch's that the record follows
-		// is still read live, best effort, so that a cycle that fails or
-		// is superseded meanwhile takes it out of Kargo's lookup.
+		// yet synced), but the run of kargo-latch's that the record of a
+		// failed cycle follows is still read live, best effort, so that
+		// it leaves Kargo's lookup.
+		if s.prior.Phase != latch.PhaseFailed {
+			return nil
+		}
 		runs, _, err := c.verifier.Observe(ctx, s.stage, m, s.prior.Analysis, nil)
 		if err != nil {
 			klog.FromContext(ctx).V(2).Info("Reading the Stage's AnalysisRun while verify-on-latch is unavailable failed", "err", err)

@@ -415,3 +415,14 @@ func TestVerifyOnLatchAdoptedRunTerminatedBehindKargoIsNoPass(t *testing.T) {
 		t.Errorf("finished = %+v (%v), want Aborted, never VerificationSucceeded", a, ok)
 	}
 }
+
+// The cycle's own run, made before a crash whose record never named it, is
+// not cut short while the cycle has not latched again: it is adopted then.
+func TestVerifyOnLatchKeepsTheCyclesOwnUnrecordedRun(t *testing.T) {
+	rec := latched()
+	rec.Phase, rec.DegradedSince = PhaseDegraded, ptr(minutes(4))
+	obs := with(latchedView(), func(o *Observation) { o.Health = HealthUnhealthy; o.Runs = []Run{ownRun(VerificationRunning)} })
+	if res := Step(verifying(), rec, obs, at(minutes(5))); res.Has(ActionCutShortRun) || res.Has(ActionTerminateRun) {
+		t.Errorf("the cycle's own run was cut short: %v", kinds(res))
+	}
+}

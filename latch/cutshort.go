@@ -38,6 +38,11 @@ func (m *machine) endStrayRuns() {
 			continue
 		}
 		current := a.ByKargoLatch() && a.Run == r.Name
+		if !current && a == nil && m.rec.Phase != PhaseFailed && m.ownUnrecordedRun(r.Name) {
+			// This cycle's run, made before a crash and not yet adopted
+			// (beginAnalysis adopts it once the cycle is Latched again).
+			continue
+		}
 		var why string
 		switch {
 		case !current && r.Collection != "" && r.Collection == m.rec.FreightID && a != nil && a.Actor == KargoActor:
@@ -71,6 +76,19 @@ func (m *machine) endStrayRuns() {
 			m.runsDue = Earliest(m.runsDue, r.CutShortAt.Add(m.terminateAfter()).Sub(m.now))
 		}
 	}
+}
+
+// ownUnrecordedRun reports whether run bears one of this cycle's run names.
+func (m *machine) ownUnrecordedRun(run string) bool {
+	if m.rec.FreightID == "" || m.obs.Stage == "" {
+		return false
+	}
+	for attempt := 1; attempt <= 2; attempt++ {
+		if run == RunName(m.obs.Stage, m.rec.FreightID, m.rec.Cycle(), attempt) {
+			return true
+		}
+	}
+	return false
 }
 
 // kargos reports whether run is one Kargo adopted in an earlier cycle.

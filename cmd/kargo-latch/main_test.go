@@ -48,6 +48,12 @@ func TestParseOptions(t *testing.T) {
 	if err != nil || !o.defaults.VerifyOnLatch || !o.verifyOnLatch || o.defaults.VerifyGrace != 3*time.Second || o.defaults.VerifyPickupTimeout != 2*time.Minute {
 		t.Errorf("verify-on-latch flags: %+v, %v", o, err)
 	}
+	if o.defaults.TerminateAfter != 30*time.Second {
+		t.Errorf("verify-terminate-after %v, want 30s", o.defaults.TerminateAfter)
+	}
+	if _, err := parseFlags([]string{"--verify-terminate-after", "4s"}); err == nil {
+		t.Error("a --verify-terminate-after under 5s was accepted")
+	}
 }
 
 // --shard and --default-shard reach the options; a shard no label can

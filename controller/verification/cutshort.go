@@ -28,10 +28,11 @@ const (
 )
 
 // CutShortPatch is the merge patch that takes a run whose labels are
-// labels out of Kargo's lookup: the one change of a run's metadata the
+// labels, at resourceVersion, out of Kargo's lookup: the one change of a run's metadata the
 // admission guard allows kargo-latch (manifests/components/verify-on-latch).
-func CutShortPatch(labels map[string]string, why string, at time.Time) []byte {
+func CutShortPatch(labels map[string]string, why string, at time.Time, resourceVersion string) []byte {
 	patch := map[string]any{"metadata": map[string]any{
+		"resourceVersion": resourceVersion,
 		"labels": map[string]any{
 			StageLabel:              nil,
 			FreightCollectionLabel:  nil,
@@ -49,22 +50,24 @@ func CutShortPatch(labels map[string]string, why string, at time.Time) []byte {
 
 // CutShort takes kargo-latch's run out of Kargo's lookup, read live: only
 // a run that carries kargo-latch's marker and both of Kargo's labels is
-// patched. A run already cut short, or gone, needs nothing.
-func (s *Starter) CutShort(ctx context.Context, namespace, name, why string, at time.Time) error {
+// patched, and only as read (the patch names the resourceVersion read).
+// patched is false when there was nothing to do: the run is gone, or
+// already out of the lookup.
+func (s *Starter) CutShort(ctx context.Context, namespace, name, why string, at time.Time) (patched bool, err error) {
 	u, err := s.readRun(ctx, namespace, name)
 	if u == nil || err != nil {
-		return err
+		return false, err
 	}
-	runs := s.Dynamic.Resource(AnalysisRunsResource).Namespace(namespace)
 	l := u.GetLabels()
 	if l[MarkerLabel] != MarkerValue || l[StageLabel] == "" || l[FreightCollectionLabel] == "" {
-		return nil
+		return false, nil
 	}
-	_, err = runs.Patch(ctx, name, types.MergePatchType, CutShortPatch(l, why, at), metav1.PatchOptions{FieldManager: api.FieldManager})
+	_, err = s.Dynamic.Resource(AnalysisRunsResource).Namespace(namespace).Patch(ctx, name, types.MergePatchType,
+		CutShortPatch(l, why, at, u.GetResourceVersion()), metav1.PatchOptions{FieldManager: api.FieldManager})
 	if apierrors.IsNotFound(err) {
-		return nil
+		return false, nil
 	}
-	return err
+	return err == nil, err
 }
 
 // readRun reads a run live; nil when it is gone.

@@ -28,8 +28,8 @@ func ownRunObject(name string, labels map[string]string) *unstructured.Unstructu
 func TestCutShortMovesTheLookupLabels(t *testing.T) {
 	c := starterWorld(t, ownRunObject("ours", nil))
 	at := time.Date(2026, 12, 7, 10, 0, 0, 0, time.UTC)
-	if err := (&Starter{Dynamic: c}).CutShort(context.Background(), "demo", "ours", "the cycle it verifies failed (Degraded)", at); err != nil {
-		t.Fatal(err)
+	if patched, err := (&Starter{Dynamic: c}).CutShort(context.Background(), "demo", "ours", "the cycle it verifies failed (Degraded)", at); err != nil || !patched {
+		t.Fatalf("CutShort = %v, %v", patched, err)
 	}
 	got, err := c.Resource(AnalysisRunsResource).Namespace("demo").Get(context.Background(), "ours", metav1.GetOptions{})
 	if err != nil {
@@ -60,8 +60,8 @@ func TestCutShortMovesTheLookupLabels(t *testing.T) {
 	}
 	// Again: nothing to do (already out of the lookup).
 	before := len(c.Actions())
-	if err := (&Starter{Dynamic: c}).CutShort(context.Background(), "demo", "ours", "again", at); err != nil {
-		t.Fatal(err)
+	if patched, err := (&Starter{Dynamic: c}).CutShort(context.Background(), "demo", "ours", "again", at); err != nil || patched {
+		t.Fatalf("CutShort again = %v, %v; want nothing done", patched, err)
 	}
 	for _, a := range c.Actions()[before:] {
 		if a.GetVerb() == "patch" {
@@ -73,8 +73,8 @@ func TestCutShortMovesTheLookupLabels(t *testing.T) {
 func TestCutShortLeavesOthersRunsAlone(t *testing.T) {
 	theirs := ownRunObject("kargos", map[string]string{MarkerLabel: ""})
 	c := starterWorld(t, theirs)
-	if err := (&Starter{Dynamic: c}).CutShort(context.Background(), "demo", "kargos", "x", time.Now()); err != nil {
-		t.Fatal(err)
+	if patched, err := (&Starter{Dynamic: c}).CutShort(context.Background(), "demo", "kargos", "x", time.Now()); err != nil || patched {
+		t.Fatalf("CutShort = %v, %v; want nothing done", patched, err)
 	}
 	for _, a := range c.Actions() {
 		if a.GetVerb() == "patch" {

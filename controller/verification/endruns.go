@@ -2,6 +2,7 @@ package verification
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 
@@ -26,7 +27,7 @@ import (
 func (v *Verifier) End(ctx context.Context, stage *kargo.Stage, m *Memo, steps []latch.Action) error {
 	for _, a := range steps {
 		step := string(a.Kind) + "/" + a.Run
-		if slices.Contains(m.ended, step) {
+		if slices.Contains(m.ended, step) || slices.Contains(m.ended, kargosStep(a.Run)) || slices.Contains(m.ended, refusedStep(step)) {
 			continue
 		}
 		if v.DryRun {
@@ -38,18 +39,29 @@ func (v *Verifier) End(ctx context.Context, stage *kargo.Stage, m *Memo, steps [
 			return err
 		}
 		if kargos {
+			// Kargo's for good: its status keeps naming it. Not read again.
 			klog.FromContext(ctx).V(2).Info("Kargo's status names the AnalysisRun: it is Kargo's, left alone", "analysisRun", a.Run, "step", a.Kind)
+			m.ended = append(m.ended, kargosStep(a.Run))
 			continue
 		}
 		reason, msg, err := v.end(ctx, stage.Namespace, a)
-		if apierrors.IsForbidden(err) {
-			// No rights on runs here (verify-on-latch is unavailable, and
-			// reported so): nothing to retry until they are granted.
-			klog.FromContext(ctx).V(2).Info("Not allowed to end the AnalysisRun", "analysisRun", a.Run, "step", a.Kind, "err", err)
+		switch {
+		case errors.Is(err, ErrInLookup):
+			// The cache showed the run out of Kargo's lookup, the API
+			// server does not: judged again when the cache catches up.
+			klog.FromContext(ctx).V(2).Info("AnalysisRun still in Kargo's lookup: not terminated", "analysisRun", a.Run)
 			continue
-		}
-		if err != nil {
+		case apierrors.IsForbidden(err):
+			// No rights on runs here, or the guard refused (a bug): said
+			// once, and not tried again by this process.
+			m.ended = append(m.ended, refusedStep(step))
+			v.Report.Warn(stage, api.ReasonVerificationForbidden, "Could not end AnalysisRun %s (%s): %v", a.Run, a.Kind, err)
+			v.Metrics.VerificationProblems.WithLabelValues(stage.Namespace, stage.Name, api.ReasonVerificationForbidden).Inc()
+			continue
+		case err != nil:
 			return err
+		case reason == "":
+			continue // nothing was left to do
 		}
 		m.ended = append(m.ended, step)
 		v.Report.Event(stage, corev1.EventTypeNormal, reason, msg)
@@ -60,11 +72,20 @@ func (v *Verifier) End(ctx context.Context, stage *kargo.Stage, m *Memo, steps [
 	return nil
 }
 
+// kargosStep and refusedStep are what Memo.ended keeps of a run found to be
+// Kargo's, and of a step the API server refused.
+func kargosStep(run string) string   { return "Kargo's/" + run }
+func refusedStep(step string) string { return "refused/" + step }
+
 // end takes one step, and says how it is reported.
 func (v *Verifier) end(ctx context.Context, namespace string, a latch.Action) (reason, msg string, err error) {
 	if a.Kind == latch.ActionCutShortRun {
-		if err := v.Starter.CutShort(ctx, namespace, a.Run, a.Message, v.Clock.Now()); err != nil {
+		patched, err := v.Starter.CutShort(ctx, namespace, a.Run, a.Message, v.Clock.Now())
+		if err != nil {
 			return "", "", fmt.Errorf("taking AnalysisRun %s out of Kargo's lookup: %w", a.Run, err)
+		}
+		if !patched {
+			return "", "", nil
 		}
 		return api.ReasonVerificationCutShort, "AnalysisRun " + a.Run + " taken out of Kargo's lookup, so that Kargo never adopts it: " + a.Message, nil
 	}

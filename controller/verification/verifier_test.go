@@ -127,8 +127,16 @@ func TestEndLeavesARunKargoFollows(t *testing.T) {
 			t.Fatal(err)
 		}
 		wantWrites(t, c, events, 0)
-		if len(m.ended) != 0 {
-			t.Errorf("%s: steps taken %v, want none", name, m.ended)
+		if !slices.Equal(m.ended, []string{kargosStep("ours")}) {
+			t.Errorf("%s: steps remembered %v, want only that the run is Kargo's", name, m.ended)
+		}
+		// Kargo's for good: the Stage is not read again for it.
+		before := calls(c, "get")
+		if err := v.End(context.Background(), testStage(), &m, steps); err != nil {
+			t.Fatal(err)
+		}
+		if n := calls(c, "get") - before; n != 0 {
+			t.Errorf("%s: %d more reads for a run known to be Kargo's", name, n)
 		}
 	}
 	// Kargo follows another run: the run cut short is terminated.

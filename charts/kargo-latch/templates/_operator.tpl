@@ -46,6 +46,7 @@ operator's defaults apply. */ -}}
       (list "mark-verified" $c.stageDefaults.markVerified false)
       (list "verify-on-latch" (dig "verifyOnLatch" false $c.stageDefaults) false)
       (list "verify-grace" (dig "verifyGrace" "10s" $c) "10s")
+      (list "verify-terminate-after" (dig "verifyTerminateAfter" "30s" $c) "30s")
       (list "verify-pickup-timeout" (dig "verifyPickupTimeout" "2m" $c) "2m")
       (list "rollouts-controller-instance-id" (dig "rolloutsControllerInstanceID" "" $c) "") }}
 {{- if ne (toString (index $setting 1)) (toString (index $setting 2)) }}
