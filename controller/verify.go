@@ -6,7 +6,6 @@ import (
 	"time"
 
 	"k8s.io/client-go/tools/cache"
-	"k8s.io/klog/v2"
 
 	"github.com/kargo-latch/kargo-latch/controller/verification"
 	"github.com/kargo-latch/kargo-latch/latch"
@@ -33,15 +32,9 @@ func (c *Controller) observeRuns(ctx context.Context, s *snapshot) error {
 		// yet synced), but the run of kargo-latch's that the record of a
 		// failed cycle follows is still read live, best effort, so that
 		// it leaves Kargo's lookup.
-		if s.prior.Phase != latch.PhaseFailed {
-			return nil
+		if s.prior.Phase == latch.PhaseFailed {
+			s.obs.Runs = c.verifier.ObserveWhileOff(ctx, s.stage, m, s.prior.Analysis)
 		}
-		runs, _, err := c.verifier.Observe(ctx, s.stage, m, s.prior.Analysis, nil)
-		if err != nil {
-			klog.FromContext(ctx).V(2).Info("Reading the Stage's AnalysisRun while verify-on-latch is unavailable failed", "err", err)
-			return nil
-		}
-		s.obs.Runs = runs
 		return nil
 	}
 	s.obs.StartRefused = m.RetryIn(s.prior.Cycle(), s.now) > 0

@@ -70,8 +70,11 @@ func (c *Controller) checkRunCaches(ctx context.Context) {
 // wantsRuns reports whether a Stage needs verify-on-latch's runs: it opts
 // in and has a configured verification.
 func (c *Controller) wantsRuns(s *kargo.Stage) bool {
+	if !s.HasVerification {
+		return false // most Stages: no settings to read
+	}
 	settings, _ := settingsFor(s.Annotations, c.cfg.Defaults)
-	return settings.VerifyOnLatch && s.HasVerification
+	return settings.VerifyOnLatch
 }
 
 // verifyOnLatchProjects are the projects with a cached Stage that wants

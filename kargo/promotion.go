@@ -72,7 +72,7 @@ func (l *PromotionList) DeepCopyObject() runtime.Object {
 func promotionFromMap(obj map[string]any) *Promotion {
 	return &Promotion{
 		TypeMeta:   metav1.TypeMeta{APIVersion: GroupVersion.String(), Kind: "Promotion"},
-		ObjectMeta: metaFromMap(obj, promotionKeys),
+		ObjectMeta: metaFromMap(obj, promotionKeys, nil),
 		Stage:      str(obj, "spec", "stage"),
 		Phase:      str(obj, "status", "phase"),
 	}

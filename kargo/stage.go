@@ -115,7 +115,7 @@ func (s *Stage) DeepCopy() *Stage {
 func stageFromMap(obj map[string]any) *Stage {
 	s := &Stage{
 		TypeMeta:        metav1.TypeMeta{APIVersion: GroupVersion.String(), Kind: "Stage"},
-		ObjectMeta:      metaFromMap(obj, ownKeys),
+		ObjectMeta:      metaFromMap(obj, ownKeys, stageValue),
 		HasVerification: field(obj, "spec", "verification") != nil,
 	}
 	state := s.takeState()
@@ -299,5 +299,16 @@ func ownKeys(key string) bool {
 }
 
 // maxTokenLen bounds what the mirror keeps of Kargo's request tokens on a
-// Stage (a verification id, or a small JSON document).
+// Stage, so that no Stage can make the cache large.
 const maxTokenLen = 1024
+
+// stageValue is what the Stage mirror keeps of a kept label or annotation:
+// kargo-latch's own whole; Kargo's request tokens as the id they name, read
+// as Kargo reads them before they are cut to maxTokenLen.
+func stageValue(key, value string) string {
+	if !requestToken(key) {
+		return value
+	}
+	id := RequestTokenID(value)
+	return id[:min(len(id), maxTokenLen)]
+}

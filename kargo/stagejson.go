@@ -179,7 +179,7 @@ func (o *ownStrings) UnmarshalJSON(b []byte) error {
 		if *o == nil {
 			*o = ownStrings{}
 		}
-		(*o)[k] = keptValue(k, s)
+		(*o)[k] = stageValue(k, s)
 	}
 	return nil
 }

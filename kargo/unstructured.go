@@ -1,7 +1,6 @@
 package kargo
 
 import (
-	"strings"
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -44,15 +43,17 @@ func Transform[T any](from func(map[string]any) T) cache.TransformFunc {
 	}
 }
 
-func metaFromMap(obj map[string]any, keep func(string) bool) metav1.ObjectMeta {
+// metaFromMap reads the metadata a mirror keeps: the labels and annotations
+// keep accepts, each value as value makes it (nil: as it is).
+func metaFromMap(obj map[string]any, keep func(string) bool, value func(key, v string) string) metav1.ObjectMeta {
 	md, _ := obj["metadata"].(map[string]any)
 	m := metav1.ObjectMeta{
 		Name:            str(md, "name"),
 		Namespace:       str(md, "namespace"),
 		UID:             types.UID(str(md, "uid")),
 		ResourceVersion: str(md, "resourceVersion"),
-		Labels:          stringMap(md, "labels", keep),
-		Annotations:     stringMap(md, "annotations", keep),
+		Labels:          stringMap(md, "labels", keep, value),
+		Annotations:     stringMap(md, "annotations", keep, value),
 	}
 	if t := timeAt(md, "creationTimestamp"); t != nil {
 		m.CreationTimestamp = metav1.NewTime(*t)
@@ -98,7 +99,7 @@ func parseTime(s string) *time.Time {
 	return &t
 }
 
-func stringMap(obj map[string]any, key string, keep func(string) bool) map[string]string {
+func stringMap(obj map[string]any, key string, keep func(string) bool, value func(key, v string) string) map[string]string {
 	in, ok := obj[key].(map[string]any)
 	if !ok {
 		return nil
@@ -112,22 +113,10 @@ func stringMap(obj map[string]any, key string, keep func(string) bool) map[strin
 		if out == nil {
 			out = map[string]string{}
 		}
-		out[k] = keptValue(k, s)
+		if value != nil {
+			s = value(k, s)
+		}
+		out[k] = s
 	}
 	return out
-}
-
-// keptValue is what a mirror keeps of a kept label or annotation: Kargo's
-// keys (request tokens, actors) are cut to maxTokenLen, so that no Kargo
-// object can make the cache large; kargo-latch's own are kept whole.
-// Kargo's request tokens on a Stage are kept as the id they name, read as
-// Kargo reads them before anything is cut.
-func keptValue(key, value string) string {
-	if strings.HasPrefix(key, OwnPrefix) {
-		return value
-	}
-	if requestToken(key) {
-		value = RequestTokenID(value)
-	}
-	return value[:min(len(value), maxTokenLen)]
 }

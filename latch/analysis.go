@@ -84,7 +84,8 @@ type Run struct {
 	CutShortAt *time.Time
 }
 
-func (r Run) terminal() bool {
+// Terminal reports whether the run shows a result.
+func (r Run) Terminal() bool {
 	switch r.Phase {
 	case VerificationSuccessful, VerificationFailed, VerificationError, VerificationInconclusive:
 		return true
@@ -269,7 +270,7 @@ func (m *machine) followOwnRun(a *Analysis) {
 		return
 	}
 	a.Phase, a.Message = r.Phase, bounded(r.Message)
-	if r.terminal() {
+	if r.Terminal() {
 		m.finishOwnRun(a, ownRunEnd{phase: r.Phase, message: r.Message, at: r.FinishedAt})
 	}
 }

@@ -34,7 +34,7 @@ func (m *machine) endStrayRuns() {
 		// A run someone else terminated, still in Kargo's lookup, is or
 		// will be Successful without being a result.
 		terminatedByOthers := r.Terminating && r.CutShort == ""
-		if r.terminal() && !terminatedByOthers {
+		if r.Terminal() && !terminatedByOthers {
 			continue
 		}
 		current := a.ByKargoLatch() && a.Run == r.Name
@@ -65,7 +65,7 @@ func (m *machine) endStrayRuns() {
 		switch {
 		case r.CutShort == "":
 			m.act(Action{Kind: ActionCutShortRun, Run: r.Name, Message: why})
-		case r.Terminating || r.terminal() || r.CutShortAt == nil:
+		case r.Terminating || r.Terminal() || r.CutShortAt == nil:
 			// Without a readable time it was cut short, it is never
 			// terminated: out of the lookup, it can only end in a true
 			// result.

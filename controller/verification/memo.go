@@ -21,6 +21,10 @@ type Memo struct {
 	// unavailable is the last reason reported why verify-on-latch is off
 	// in the Stage's project.
 	unavailable string
+	// readWhileOff names the run of a failed cycle that was read live while
+	// verify-on-latch was off, and found out of Kargo's lookup, ended,
+	// gone or unreadable: it is not read again (ObserveWhileOff).
+	readWhileOff string
 	// ended names the steps ("<action>/<run>") this replica took lately to
 	// end runs, so that each is taken once: the cache may not show a
 	// patch yet when the next sync comes.

@@ -41,8 +41,7 @@ type Verifier struct {
 func (v *Verifier) Observe(ctx context.Context, stage *kargo.Stage, m *Memo, followed *latch.Analysis, cached []latch.Run) (runs []latch.Run, gone string, err error) {
 	v.reportRunPhases(stage, m, cached)
 	// In --dry-run the record names runs never made: none is gone.
-	if v.DryRun || !followed.ByKargoLatch() || followed.Terminal() || followed.Run == "" ||
-		slices.ContainsFunc(cached, func(r latch.Run) bool { return r.Name == followed.Run }) {
+	if !v.followsARun(followed) || slices.ContainsFunc(cached, func(r latch.Run) bool { return r.Name == followed.Run }) {
 		return cached, "", nil
 	}
 	run, found, err := v.Starter.Get(ctx, stage.Namespace, followed.Run)
@@ -53,6 +52,36 @@ func (v *Verifier) Observe(ctx context.Context, stage *kargo.Stage, m *Memo, fol
 		return append(cached, run), "", nil
 	}
 	return cached, followed.Run, nil
+}
+
+// ObserveWhileOff is what a sync sees of a failed cycle's run while
+// verify-on-latch is off in its project (no cache of runs): the run the
+// record follows, read live, so that the cycle's failure takes it out of
+// Kargo's lookup. Once a read finds it out of the lookup, ended, gone or
+// unreadable, it is not read again: a failed cycle's Stage syncs on every
+// status write of Kargo's, and would cost a read each time.
+func (v *Verifier) ObserveWhileOff(ctx context.Context, stage *kargo.Stage, m *Memo, followed *latch.Analysis) []latch.Run {
+	if !v.followsARun(followed) || m.readWhileOff == followed.Run {
+		return nil
+	}
+	run, found, err := v.Starter.Get(ctx, stage.Namespace, followed.Run)
+	if err != nil || !found || run.CutShort != "" || run.Terminating || run.Terminal() {
+		m.readWhileOff = followed.Run
+	}
+	if err != nil {
+		klog.FromContext(ctx).V(2).Info("Reading the Stage's AnalysisRun while verify-on-latch is unavailable failed", "analysisRun", followed.Run, "err", err)
+		return nil
+	}
+	if !found {
+		return nil
+	}
+	return []latch.Run{run}
+}
+
+// followsARun reports whether the record follows a run of kargo-latch's
+// still without a result. In --dry-run the record names runs never made.
+func (v *Verifier) followsARun(followed *latch.Analysis) bool {
+	return !v.DryRun && followed.ByKargoLatch() && !followed.Terminal() && followed.Run != ""
 }
 
 // StartOutcome says what became of a start.

@@ -180,3 +180,25 @@ func TestEndInDryRunWritesNothing(t *testing.T) {
 func testStage() *kargo.Stage {
 	return &kargo.Stage{ObjectMeta: metav1.ObjectMeta{Name: "test", Namespace: "demo"}, Status: &kargo.StageStatus{}}
 }
+
+// While verify-on-latch is off, a failed cycle's run is read live until a
+// read finds it out of Kargo's lookup: then never again.
+func TestObserveWhileOffReadsUntilTheRunLeftTheLookup(t *testing.T) {
+	c := starterWorld(t, ownRunObject("ours", nil))
+	v, _ := testVerifier(c)
+	var m Memo
+	followed := &latch.Analysis{Actor: latch.Actor, Run: "ours"}
+	if runs := v.ObserveWhileOff(context.Background(), testStage(), &m, followed); len(runs) != 1 || runs[0].CutShort != "" {
+		t.Fatalf("first read = %+v, want the run in the lookup", runs)
+	}
+	if _, err := v.Starter.CutShort(context.Background(), "demo", "ours", "the cycle failed", time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	if runs := v.ObserveWhileOff(context.Background(), testStage(), &m, followed); len(runs) != 1 || runs[0].CutShort == "" {
+		t.Fatalf("second read = %+v, want the run cut short", runs)
+	}
+	before := calls(c, "get")
+	if runs := v.ObserveWhileOff(context.Background(), testStage(), &m, followed); runs != nil || calls(c, "get") != before {
+		t.Errorf("read again after it left the lookup: %+v", runs)
+	}
+}

@@ -81,25 +81,8 @@ func TestVerifyOnLatchCutShortRunNeverPasses(t *testing.T) {
 // next lookup of the collection never adopts it.
 func TestVerifyOnLatchRepromotedCollectionGetsAFreshRun(t *testing.T) {
 	t.Parallel()
-	env.rollouts(t)
-	ns := env.newProject(t)
-	metric := metricServer(t)
-	startVerifier(t, ns, verifySettings())
-	s := env.createStage(t, ns, "test", verifyOnLatch, appsAB, webCheck(t, ns, metric, 30, "2s"))
-
-	first := promote(t, s)
-	flapUntilLatched(t, s)
-	collection := collectionOf(t, s)
-	old := waitAnalysis(t, s, "the first run to start", func(a *latch.Analysis) bool { return a.Run != "" }).Analysis.Run
-	promote(t, s)
-	var run *unstructured.Unstructured
-	waitFor(t, "run "+old+" to be cut short and terminated", func() bool {
-		var err error
-		run, err = env.kargo.AnalysisRun(ctx, ns, old)
-		must(t, err)
-		terminate, _, _ := unstructured.NestedBool(run.Object, "spec", "terminate")
-		return terminate && run.GetAnnotations()[verification.CutShortAnnotation] != ""
-	})
+	sup := supersedeARun(t)
+	ns, s, first, collection, old, run := sup.ns, sup.s, sup.first, sup.firstCollection, sup.old, sup.oldRunTerminated
 	assertCutShort(t, run, s.Name, collection, "superseded")
 
 	// Roll back to the first Freight: the same collection again.

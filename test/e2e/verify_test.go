@@ -172,24 +172,8 @@ func TestVerifyOnLatchFollowsKargo(t *testing.T) {
 // Kargo aborts), and a new run verifies the new Freight once it latches.
 func TestVerifyOnLatchSupersededRunIsTerminated(t *testing.T) {
 	t.Parallel()
-	env.rollouts(t)
-	ns := env.newProject(t)
-	metric := metricServer(t)
-	startVerifier(t, ns, verifySettings())
-	s := env.createStage(t, ns, "test", verifyOnLatch, appsAB, webCheck(t, ns, metric, 30, "2s"))
-
-	first := promote(t, s)
-	flapUntilLatched(t, s)
-	old := waitAnalysis(t, s, "the first run to start", func(a *latch.Analysis) bool { return a.Run != "" }).Analysis.Run
-	assertOneOwnRun(t, s, first)
-
-	second := promote(t, s)
-	waitFor(t, "run "+old+" to be told to terminate", func() bool {
-		run, err := env.kargo.AnalysisRun(ctx, ns, old)
-		must(t, err)
-		terminate, _, _ := unstructured.NestedBool(run.Object, "spec", "terminate")
-		return terminate
-	})
+	sup := supersedeARun(t)
+	s, second, old := sup.s, sup.second, sup.old
 	flapUntilLatched(t, s)
 	r := waitAnalysis(t, s, "a run for the new Freight", func(a *latch.Analysis) bool { return a.Run != "" && a.Run != old })
 	run := assertOneOwnRun(t, s, second)
@@ -197,6 +181,43 @@ func TestVerifyOnLatchSupersededRunIsTerminated(t *testing.T) {
 		t.Errorf("record names %s, the collection's run is %s", r.Analysis.Run, run.GetName())
 	}
 	waitEvent(t, s, api.ReasonVerificationTerminated)
+}
+
+// supersession is a verify-on-latch Stage whose first cycle's run (30
+// measurements, 2 s apart) a second promotion superseded, and which
+// kargo-latch has terminated (after cutting it short).
+type supersession struct {
+	ns               string
+	s                *driver.Stage
+	first, second    string // the Freight of each promotion
+	firstCollection  string
+	old              string // the first cycle's run
+	oldRunTerminated *unstructured.Unstructured
+}
+
+func supersedeARun(t *testing.T) supersession {
+	t.Helper()
+	env.rollouts(t)
+	sup := supersession{ns: env.newProject(t)}
+	metric := metricServer(t)
+	startVerifier(t, sup.ns, verifySettings())
+	sup.s = env.createStage(t, sup.ns, "test", verifyOnLatch, appsAB, webCheck(t, sup.ns, metric, 30, "2s"))
+
+	sup.first = promote(t, sup.s)
+	flapUntilLatched(t, sup.s)
+	sup.firstCollection = collectionOf(t, sup.s)
+	sup.old = waitAnalysis(t, sup.s, "the first run to start", func(a *latch.Analysis) bool { return a.Run != "" }).Analysis.Run
+	assertOneOwnRun(t, sup.s, sup.first)
+
+	sup.second = promote(t, sup.s)
+	waitFor(t, "run "+sup.old+" to be told to terminate", func() bool {
+		run, err := env.kargo.AnalysisRun(ctx, sup.ns, sup.old)
+		must(t, err)
+		sup.oldRunTerminated = run
+		terminate, _, _ := unstructured.NestedBool(run.Object, "spec", "terminate")
+		return terminate
+	})
+	return sup
 }
 
 // TestVerifyOnLatchUnsupportedArgument: an argument kargo-latch cannot
