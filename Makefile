@@ -37,7 +37,7 @@ FUZZ_CODEC    ?= 120000x
 # loss, an API server outage, and the bad-input corpus.
 RELIABILITY   := TestReliabilityKillScenario|TestReliabilityLeaderLoss|TestMalformedKargoObjectsAreRefused|TestExactlyOncePauseAcrossKills|TestLeaderElection|TestAPIServerOutage|TestReliabilityAPIServerOutage|TestRestartKeepsLatch|TestBadInputIsReportedAndHarmless|TestPauseBadInput|TestPauseCreatedAndDeletedAtOnce|TestStageDeletedWhilePaused|TestNamespaceDeletedMidScenario|TestHugeAnnotations|TestMarkVerifiedExactlyOnceAcrossKills|TestShardUpgradeSettlesPauseStatus|TestGarbageRecordIsKept|TestGarbageRecordKeptWithinTheAnnotationLimit|TestMarkVerifiedCutShortAfterItsPatchGetsOneEvent|TestCLIWaitGivesUpWhenTheAPIServerGoesAway|TestVerifyOnLatchExactlyOnceAcrossKills
 
-.PHONY: all build test unit fuzz rules chart e2e test-reliability kargo-crds lint cluster demo bench generate clean prometheus rollouts image image-push image-test image-for-tests release
+.PHONY: all build test unit fuzz rules chart e2e test-reliability kargo-crds lint cluster demo bench generate clean prometheus rollouts image image-push image-test image-for-tests release browser
 
 all: build
 
@@ -62,7 +62,7 @@ fuzz:
 # packages, test/demo plays the demo on the stand-in CRDs (about 20 s, beside
 # the other packages), as a clone without Kargo's CRDs does: it runs
 # bin/kargo-latch, which build writes.
-e2e: kargo-crds cluster $(PROMETHEUS) $(PROMTOOL) $(BIN)/helm $(ROLLOUTS) image-for-tests build
+e2e: kargo-crds browser cluster $(PROMETHEUS) $(PROMTOOL) $(BIN)/helm $(ROLLOUTS) image-for-tests build
 	$(IMAGE_ENV) $(GO) test -race -count=1 -timeout=15m -skip '^($(RELIABILITY))$$' $(E2E_PKGS)
 
 ## test-reliability: the failure-injection suite (docs/reliability.md); the
@@ -155,6 +155,23 @@ $(BIN)/kube-controller-manager: $(BIN)/kube-apiserver
 $(BIN)/etcd:
 	@echo ">> Building etcd v3.7.0 from Go modules into bin/ (first run only; under a minute)..."
 	cd test/tools && $(GO) build -o $(BIN)/etcd ./etcd
+
+## browser: install Debian's chromium, which test/browser drives headless
+## (chromedp) for the dashboard's e2e tests and the bench, only when missing.
+# No recommends (a notification daemon, udev, printer set-up) but
+# fonts-liberation, Arial's, Times' and Courier's metrics, which a page's
+# sans-serif falls back to: screenshots show text as a person's browser does.
+# KARGO_LATCH_CHROMIUM names another browser and skips the install. Debian's
+# launcher complains on stderr when /dev/shm has two mounts: hidden.
+browser:
+	@missing=""; \
+	[ -n "$$KARGO_LATCH_CHROMIUM" ] || command -v chromium >/dev/null || missing="$$missing chromium"; \
+	test -d /usr/share/fonts/truetype/liberation || missing="$$missing fonts-liberation"; \
+	if [ -n "$$missing" ]; then \
+		echo ">> Installing$$missing from Debian (apt-get update, then apt-get install; about 110 MB, first run only, needs root)..."; \
+		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $$missing >/dev/null || exit 1; \
+		echo "   ... done: $$(chromium --version 2>/dev/null)"; \
+	fi
 
 ## rollouts: build Argo Rollouts' controller (cmd/rollouts-controller) from
 ## its Go module into bin/, and copy its analysis CRDs into bin/rollouts-crds/,
@@ -276,7 +293,7 @@ BENCH_PROMOTIONS ?= 20
 BENCH_SHARDS ?= 0
 BENCH_SAMPLES ?= 120
 BENCH_ONLY ?=
-bench: $(APISERVER) build
+bench: $(APISERVER) build browser
 	$(GO) run ./test/bench -stages $(BENCH_STAGES) -promotions-per-stage $(BENCH_PROMOTIONS) -shards $(BENCH_SHARDS) -samples $(BENCH_SAMPLES) -only "$(BENCH_ONLY)"
 
 ## demo: start a local test cluster, run the operator, and play a scenario.

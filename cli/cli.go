@@ -46,7 +46,7 @@ const (
 // operator's own flags. Shell completion scripts call the hidden
 // __complete commands.
 var Commands = []string{
-	"status", "pause", "resume", "wait", "version", "completion", "help",
+	"status", "pause", "resume", "wait", "dashboard", "version", "completion", "help",
 	cobra.ShellCompRequestCmd, cobra.ShellCompNoDescRequestCmd,
 }
 
@@ -125,7 +125,7 @@ func (p Program) root(stdout, stderr io.Writer) (*cobra.Command, *bool) {
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return &exitError{code: ExitUsage, err: err} })
 	kube := newKubeFlags(p)
 	kube.addFlags(root)
-	root.AddCommand(statusCmd(kube), pauseCmd(kube), resumeCmd(kube), waitCmd(kube), versionCmd(p))
+	root.AddCommand(statusCmd(kube), pauseCmd(kube), resumeCmd(kube), waitCmd(kube), dashboardCmd(kube), versionCmd(p))
 	return root, started
 }
 

@@ -12,6 +12,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/dynamic"
 
 	"github.com/kargo-latch/kargo-latch/api/v1alpha1"
@@ -69,13 +70,38 @@ func (o *pauseOptions) run(ctx context.Context, kube *kubeFlags, pos []string, o
 	if err != nil {
 		return err
 	}
+	name, err := createPause(ctx, client, ns, stage, reason, message)
+	if err != nil {
+		if errors.Is(err, errNoStage) {
+			return err
+		}
+		return explain(err, "create", ns, "kargo-latch-pauser")
+	}
+	what := "Stage " + stage + " is"
+	if stage == v1alpha1.AllStages {
+		what = "every Stage of project " + ns + " is"
+	}
+	_, err = fmt.Fprintf(out, "stagepause %s/%s created: %s paused (reason %s)\n", ns, name, what, reason)
+	return err
+}
+
+// errNoStage is createPause's error for a Stage that does not exist.
+var errNoStage = errors.New("no such Stage")
+
+// createPause makes the StagePause that pauses stage (AllStages: the
+// project) and returns its name; the CLI's pause and the dashboard's. A
+// Stage that does not exist is refused (errNoStage); one the user may not
+// read is paused all the same, since pausing needs no right on Stages.
+// The pause says who made it (PausedByAnnotation), as the API server names
+// the user, for people to read.
+func createPause(ctx context.Context, client dynamic.Interface, ns, stage, reason, message string) (string, error) {
 	if stage != v1alpha1.AllStages {
 		if _, err := client.Resource(kargo.StagesResource).Namespace(ns).Get(ctx, stage, metav1.GetOptions{}); err != nil {
 			if apierrors.IsNotFound(err) {
-				return fmt.Errorf("no such Stage %s in project %s", stage, ns)
+				return "", fmt.Errorf("%w %s in project %s", errNoStage, stage, ns)
 			}
-			if !apierrors.IsForbidden(err) { // pausing needs no right on Stages
-				return err
+			if !apierrors.IsForbidden(err) {
+				return "", err
 			}
 		}
 	}
@@ -83,25 +109,40 @@ func (o *pauseOptions) run(ctx context.Context, kube *kubeFlags, pos []string, o
 	if stage == v1alpha1.AllStages {
 		prefix = "project-"
 	}
+	metadata := map[string]any{
+		"generateName": strings.ToLower(prefix),
+		"namespace":    ns,
+		"labels":       map[string]any{v1alpha1.StageLabel: v1alpha1.StageLabelValue(stage), v1alpha1.ReasonLabel: reason},
+	}
+	if by := whoAmI(ctx, client); by != "" {
+		metadata["annotations"] = map[string]any{v1alpha1.PausedByAnnotation: by}
+	}
 	p := &unstructured.Unstructured{Object: map[string]any{
 		"apiVersion": v1alpha1.GroupVersion.String(), "kind": "StagePause",
-		"metadata": map[string]any{
-			"generateName": strings.ToLower(prefix),
-			"namespace":    ns,
-			"labels":       map[string]any{v1alpha1.StageLabel: v1alpha1.StageLabelValue(stage), v1alpha1.ReasonLabel: reason},
-		},
-		"spec": map[string]any{"stage": stage, "reason": reason, "message": message},
+		"metadata":   metadata,
+		"spec":       map[string]any{"stage": stage, "reason": reason, "message": message},
 	}}
 	created, err := client.Resource(v1alpha1.StagePausesResource).Namespace(ns).Create(ctx, p, metav1.CreateOptions{})
 	if err != nil {
-		return explain(err, "create", ns, "kargo-latch-pauser")
+		return "", err
 	}
-	what := "Stage " + stage + " is"
-	if stage == v1alpha1.AllStages {
-		what = "every Stage of project " + ns + " is"
+	return created.GetName(), nil
+}
+
+// selfSubjectReviews is where the API server says who the caller is.
+var selfSubjectReviews = schema.GroupVersionResource{Group: "authentication.k8s.io", Version: "v1", Resource: "selfsubjectreviews"}
+
+// whoAmI is the user's name as the API server authenticates them, or ""
+// when it cannot say (the review is refused or unsupported): a pause is
+// made all the same.
+func whoAmI(ctx context.Context, client dynamic.Interface) string {
+	review := &unstructured.Unstructured{Object: map[string]any{"apiVersion": "authentication.k8s.io/v1", "kind": "SelfSubjectReview"}}
+	out, err := client.Resource(selfSubjectReviews).Create(ctx, review, metav1.CreateOptions{})
+	if err != nil {
+		return ""
 	}
-	_, err = fmt.Fprintf(out, "stagepause %s/%s created: %s paused (reason %s)\n", ns, created.GetName(), what, reason)
-	return err
+	name, _, _ := unstructured.NestedString(out.Object, "status", "userInfo", "username")
+	return name
 }
 
 // A reason is a CamelCase word, as Kubernetes' reasons are: it is kept in
@@ -183,46 +224,27 @@ func resume(ctx context.Context, kube *kubeFlags, all bool, pos []string, out, e
 	if err != nil {
 		return err
 	}
-	pauses, err := listPauses(ctx, client, ns)
-	if err != nil {
-		return explain(err, "list", ns, "kargo-latch-resumer")
-	}
 	target := v1alpha1.AllStages
 	if !all {
 		target = pos[0]
 	}
-	var mine, projectWide []string
-	for _, p := range pauses {
-		switch {
-		case p.DeletionTimestamp != nil:
-		case p.Spec.Stage == target:
-			mine = append(mine, p.Name)
-		case p.Spec.Stage == v1alpha1.AllStages:
-			projectWide = append(projectWide, p.Name)
-		}
-	}
-	if len(mine) == 0 {
-		switch {
-		case all:
-			return fmt.Errorf("project %s has no project-wide pause", ns)
-		case len(projectWide) > 0:
-			return fmt.Errorf("stage %s has no pause of its own; it is paused by the project-wide StagePause %s (resume --all -n %s)",
-				target, strings.Join(projectWide, ", "), ns)
-		}
-		if err := stageExists(ctx, client, ns, target); err != nil {
-			return err
-		}
-		// Not paused, yet maybe held: say why nothing flows.
-		sayHolds(ctx, client, ns, target, out, errOut)
-		return fmt.Errorf("stage %s in project %s is not paused", target, ns)
-	}
-	for _, name := range mine {
-		err := client.Resource(v1alpha1.StagePausesResource).Namespace(ns).Delete(ctx, name, metav1.DeleteOptions{})
-		if err != nil && !apierrors.IsNotFound(err) {
-			return explain(err, "delete", ns, "kargo-latch-resumer")
-		}
+	done, err := resumePauses(ctx, client, ns, target)
+	for _, name := range done.deleted {
 		fmt.Fprintf(out, "stagepause %s/%s deleted\n", ns, name)
 	}
+	var nothing *nothingToResume
+	switch {
+	case errors.As(err, &nothing):
+		if nothing.notPaused { // not paused, yet maybe held: say why nothing flows
+			sayHolds(ctx, client, ns, target, out, errOut)
+		}
+		return err
+	case err != nil && done.listed:
+		return explain(err, "delete", ns, "kargo-latch-resumer")
+	case err != nil:
+		return explain(err, "list", ns, "kargo-latch-resumer")
+	}
+	projectWide := done.projectWide
 	what, which := "Stage "+target, target
 	if all {
 		what, which = "project "+ns, ""
@@ -234,6 +256,67 @@ func resume(ctx context.Context, kube *kubeFlags, all bool, pos []string, out, e
 	}
 	sayHolds(ctx, client, ns, which, out, errOut)
 	return nil
+}
+
+// resumed is what resumePauses did.
+type resumed struct {
+	// listed: the pauses were read (an error came after).
+	listed bool
+	// deleted names the pauses deleted; projectWide the project-wide
+	// pauses that still cover a Stage resumed on its own.
+	deleted, projectWide []string
+}
+
+// nothingToResume is resumePauses' answer when target has no pause of its
+// own to delete; notPaused when nothing covers it at all.
+type nothingToResume struct {
+	msg       string
+	notPaused bool
+}
+
+func (e *nothingToResume) Error() string { return e.msg }
+
+// resumePauses deletes the pauses of target (a Stage, or AllStages for the
+// project-wide ones); the CLI's resume and the dashboard's. API errors come
+// back as the API server gave them.
+func resumePauses(ctx context.Context, client dynamic.Interface, ns, target string) (resumed, error) {
+	var done resumed
+	pauses, err := listPauses(ctx, client, ns)
+	if err != nil {
+		return done, err
+	}
+	done.listed = true
+	var mine []string
+	for _, p := range pauses {
+		switch {
+		case p.DeletionTimestamp != nil:
+		case p.Spec.Stage == target:
+			mine = append(mine, p.Name)
+		case p.Spec.Stage == v1alpha1.AllStages:
+			done.projectWide = append(done.projectWide, p.Name)
+		}
+	}
+	if len(mine) == 0 {
+		switch {
+		case target == v1alpha1.AllStages:
+			return done, &nothingToResume{msg: fmt.Sprintf("project %s has no project-wide pause", ns)}
+		case len(done.projectWide) > 0:
+			return done, &nothingToResume{msg: fmt.Sprintf("stage %s has no pause of its own; it is paused by the project-wide StagePause %s (resume --all -n %s)",
+				target, strings.Join(done.projectWide, ", "), ns)}
+		}
+		if err := stageExists(ctx, client, ns, target); err != nil {
+			return done, err
+		}
+		return done, &nothingToResume{msg: fmt.Sprintf("stage %s in project %s is not paused", target, ns), notPaused: true}
+	}
+	for _, name := range mine {
+		err := client.Resource(v1alpha1.StagePausesResource).Namespace(ns).Delete(ctx, name, metav1.DeleteOptions{})
+		if err != nil && !apierrors.IsNotFound(err) {
+			return done, err
+		}
+		done.deleted = append(done.deleted, name)
+	}
+	return done, nil
 }
 
 func stageExists(ctx context.Context, client dynamic.Interface, ns, stage string) error {

@@ -28,12 +28,14 @@ import (
 
 // StageStatus is one row of `status`, and its JSON/YAML form.
 type StageStatus struct {
-	Project string   `json:"project"`
-	Stage   string   `json:"stage"`
-	Phase   string   `json:"phase"`
-	Paused  bool     `json:"paused"`
-	Reason  string   `json:"reason,omitempty"`
-	Pauses  []string `json:"pauses,omitempty"`
+	Project string `json:"project"`
+	Stage   string `json:"stage"`
+	Phase   string `json:"phase"`
+	// Health is Kargo's health of the Stage (status.health.status) now.
+	Health string   `json:"health,omitempty"`
+	Paused bool     `json:"paused"`
+	Reason string   `json:"reason,omitempty"`
+	Pauses []string `json:"pauses,omitempty"`
 	// KargoHolds are Kargo's own auto-promotion holds on the Stage (Kargo
 	// v1.11.1+): a StagePause's resume does not end them.
 	KargoHolds []KargoHold `json:"kargoHolds,omitempty"`
@@ -231,6 +233,7 @@ func row(u *unstructured.Unstructured, pauses []v1alpha1.StagePause) StageStatus
 		}
 		r.Apps = appStatuses(st.Apps, seen)
 		r.Freight = st.FreightNames
+		r.Health = st.Health
 		r.MarkedVerified = markedVerified(st.FreightNames, r.Record)
 		r.KargoHolds = kargoHolds(st.Holds)
 	}

@@ -68,6 +68,12 @@ const ResumeFinalizer = "kargo-latch.io/resume"
 // pause by this annotation, and never makes a second one.
 const DerivedNameAnnotation = "kargo-latch.io/derived-name"
 
+// PausedByAnnotation is on a StagePause made by kargo-latch's CLI or its
+// dashboard: the user who made it, as the API server named them
+// (SelfSubjectReview) when it was made. It is for people to read; anyone
+// who may create a pause may write any value here, so nothing relies on it.
+const PausedByAnnotation = "kargo-latch.io/paused-by"
+
 // HeldForResume reports whether p is an operator-made pause that someone
 // deleted and that the operator still holds until the resume is recorded.
 func (p *StagePause) HeldForResume() bool {

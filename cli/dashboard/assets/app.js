@@ -1,0 +1,294 @@
+// kargo-latch dashboard: renders what the server's live feed says, and
+// sends pauses and resumes. The judgement of each Stage is the CLI's
+// (`kargo-latch status -o json`); this file only shows it.
+'use strict';
+
+const token = document.querySelector('meta[name="kargo-latch-token"]').content;
+const state = { stages: new Map(), pauses: new Map(), access: {}, problems: {}, skew: 0, live: false };
+const main = document.getElementById('main');
+// rendered: what each card on screen was drawn from, so that a change
+// redraws only the cards it touches (and keeps the keyboard's focus).
+let rendered = new Map();
+let layoutKey = '';
+
+// ---- the live feed --------------------------------------------------------
+
+function connect() {
+  const feed = new EventSource('/api/live');
+  feed.onopen = () => setConn(true);
+  feed.onerror = () => setConn(false);
+  feed.onmessage = (e) => apply(JSON.parse(e.data));
+}
+
+function setConn(live) {
+  state.live = live;
+  const el = document.getElementById('conn');
+  el.dataset.state = live ? 'live' : 'lost';
+  el.textContent = live ? 'Live' : 'Reconnecting… (what you see may be old)';
+}
+
+function apply(m) {
+  if (m.full) { state.stages.clear(); state.pauses.clear(); }
+  for (const [k, v] of Object.entries(m.stages || {})) v === null ? state.stages.delete(k) : state.stages.set(k, v);
+  for (const [k, v] of Object.entries(m.pauses || {})) v === null ? state.pauses.delete(k) : state.pauses.set(k, v);
+  state.access = m.access || {};
+  state.problems = m.problems || {};
+  state.skew = Date.parse(m.now) - Date.now();
+  render();
+}
+
+// ---- routes ---------------------------------------------------------------
+
+function route() {
+  const parts = location.pathname.split('/').filter(Boolean).map(decodeURIComponent);
+  if (parts[0] === 'projects' && parts[2] === 'stages' && parts[3]) return { project: parts[1], stage: parts[3] };
+  if (parts[0] === 'projects' && parts[1]) return { project: parts[1] };
+  return {};
+}
+
+// ---- rendering ------------------------------------------------------------
+
+const esc = (s) => String(s ?? '').replace(/[&<>"']/g, (c) => ({ '&': '&amp;', '<': '&lt;', '>': '&gt;', '"': '&quot;', "'": '&#39;' })[c]);
+const url = (...parts) => '/' + parts.map(encodeURIComponent).join('/');
+
+function render() {
+  const r = route();
+  renderCrumbs(r);
+  renderNotice();
+  const projects = projectsOf(r.project);
+  if (r.stage) return renderStagePage(r.project, r.stage);
+  const key = JSON.stringify(projects.map((p) => [p.name, p.layout]));
+  if (key !== layoutKey) {
+    layoutKey = key;
+    rendered = new Map();
+    main.innerHTML = projects.length ? projects.map(projectHTML).join('') : '<p class="empty">No Stages you may read.</p>';
+    for (const p of projects) for (const s of p.stages) rendered.set(s.key, cardSource(s.key));
+  } else {
+    for (const p of projects) {
+      replace(`[data-project-head="${cssEsc(p.name)}"]`, projectHeadHTML(p));
+      for (const s of p.stages) {
+        const src = cardSource(s.key);
+        if (rendered.get(s.key) !== src) {
+          rendered.set(s.key, src);
+          replace(`[data-stage="${cssEsc(s.key)}"]`, cardHTML(s.key));
+        }
+      }
+    }
+  }
+  refreshTimes();
+}
+
+const cssEsc = (s) => (window.CSS && CSS.escape ? CSS.escape(s) : s);
+
+// replace swaps an element for new HTML, keeping the focus on the control
+// that had it.
+function replace(selector, html) {
+  const old = main.querySelector(selector);
+  if (!old) return;
+  const focused = old.contains(document.activeElement) ? document.activeElement.dataset.focus : null;
+  const tpl = document.createElement('template');
+  tpl.innerHTML = html;
+  const el = tpl.content.firstElementChild;
+  old.replaceWith(el);
+  if (focused) el.querySelector(`[data-focus="${cssEsc(focused)}"]`)?.focus();
+}
+
+// projectsOf groups the Stages by project and lays each project out as its
+// pipeline: a column per depth, upstream to downstream.
+function projectsOf(only) {
+  const byProject = new Map();
+  const add = (p) => byProject.has(p) || byProject.set(p, { name: p, stages: [] });
+  for (const [key, s] of state.stages) if (!only || s.project === only) { add(s.project); byProject.get(s.project).stages.push({ key, s }); }
+  for (const p of state.pauses.values()) if (!only || p.project === only) add(p.project);
+  if (only) add(only);
+  const out = [...byProject.values()].sort((a, b) => a.name.localeCompare(b.name));
+  for (const p of out) {
+    const depth = depths(p.stages);
+    p.stages.sort((a, b) => depth.get(a.s.name) - depth.get(b.s.name) || a.s.name.localeCompare(b.s.name));
+    p.depth = depth;
+    p.layout = p.stages.map((x) => x.s.name + ':' + depth.get(x.s.name));
+  }
+  return out;
+}
+
+// depths: a Stage's column is one past its deepest upstream Stage in the
+// project; a cycle (which Kargo refuses) is cut after as many rounds as
+// there are Stages.
+function depths(stages) {
+  const d = new Map(stages.map((x) => [x.s.name, 0]));
+  for (let round = 0; round < stages.length; round++) {
+    let moved = false;
+    for (const { s } of stages) {
+      for (const u of s.upstream || []) {
+        if (d.has(u) && d.get(u) + 1 > d.get(s.name)) { d.set(s.name, d.get(u) + 1); moved = true; }
+      }
+    }
+    if (!moved) break;
+  }
+  return d;
+}
+
+function projectHTML(p) {
+  const cols = [];
+  for (const x of p.stages) {
+    const c = p.depth.get(x.s.name);
+    (cols[c] = cols[c] || []).push(x);
+  }
+  const columns = cols.map((col, i) => `<div class="column" role="list" aria-label="${i === 0 ? 'First Stages' : 'Stage depth ' + (i + 1)}">${
+    col.map((x) => `<div role="listitem">${cardHTML(x.key)}</div>`).join('')}</div>`).join('');
+  return `<section class="project" data-project="${esc(p.name)}" aria-labelledby="project-${esc(p.name)}">
+    ${projectHeadHTML(p)}
+    <div class="pipeline">${columns || '<p class="empty">No Stages you may read in this project.</p>'}</div></section>`;
+}
+
+function projectPauses(project) {
+  return [...state.pauses.values()].filter((p) => p.project === project && p.stage === '*' && !p.resuming);
+}
+
+function projectHeadHTML(p) {
+  const a = state.access[p.name] || {};
+  const wide = projectPauses(p.name);
+  const banner = wide.length ? `<div class="banner paused" data-project-pause="${esc(p.name)}" role="status">
+      <strong>⏸ Project paused</strong>: every Stage's auto-promotion is refused. ${wide.map(pauseHTML).join('')}</div>` : '';
+  const action = wide.length
+    ? button('resume-project', 'Resume the project', a.resume, a.resumeWhy, { project: p.name })
+    : button('pause-project', 'Pause the project', a.pause, a.pauseWhy, { project: p.name }, 'danger big');
+  return `<div class="project-head" data-project-head="${esc(p.name)}">
+    <h2 id="project-${esc(p.name)}"><a href="${url('projects', p.name)}/">${esc(p.name)}</a></h2>
+    ${problemHTML(p.name)}${banner}<div class="actions">${action}</div></div>`;
+}
+
+function problemHTML(project) {
+  const why = state.problems[project];
+  return why ? `<p class="problem" role="alert">⚠ ${esc(why)}</p>` : '';
+}
+
+// button draws an action; one the API server says the user may not do is
+// disabled, with the reason beside it in words.
+function button(action, label, allowed, why, data, cls = '') {
+  const attrs = Object.entries(data).map(([k, v]) => ` data-${k}="${esc(v)}"`).join('');
+  const focus = `${action}:${Object.values(data).join('/')}`;
+  if (allowed === false) {
+    return `<span class="action"><button type="button" class="${cls}" data-action="${action}" data-focus="${esc(focus)}"${attrs} disabled aria-disabled="true">${esc(label)}</button>
+      <span class="why" data-why="${action}">Not allowed: ${esc(why || 'the API server says no')}</span></span>`;
+  }
+  return `<span class="action"><button type="button" class="${cls}" data-action="${action}" data-focus="${esc(focus)}"${attrs}>${esc(label)}</button></span>`;
+}
+
+function cardSource(key) {
+  const s = state.stages.get(key);
+  const mine = [...state.pauses.values()].filter((p) => p.project === s.project && (p.stage === s.name || p.stage === '*'));
+  return JSON.stringify([s, mine, state.access[s.project]]);
+}
+
+function cardHTML(key) {
+  const s = state.stages.get(key);
+  const st = s.status || {};
+  const a = state.access[s.project] || {};
+  const covering = [...state.pauses.values()].filter((p) => p.project === s.project && (p.stage === s.name || p.stage === '*'));
+  const own = covering.filter((p) => p.stage === s.name && !p.resuming);
+  const paused = st.paused;
+  const actions = [];
+  if (own.length) actions.push(button('resume', 'Resume', a.resume, a.resumeWhy, { project: s.project, stage: s.name }));
+  else actions.push(button('pause', 'Pause', a.pause, a.pauseWhy, { project: s.project, stage: s.name }, 'danger'));
+  return `<article class="stage ${paused ? 'is-paused' : ''} phase-${esc(st.phase)}" data-stage="${esc(key)}" aria-label="Stage ${esc(s.name)}">
+    <h3><a href="${url('projects', s.project, 'stages', s.name)}" data-focus="link:${esc(key)}">${esc(s.name)}</a></h3>
+    <p class="badge ${paused ? 'paused' : 'running'}" data-field="paused">${paused ? '⏸ Paused' : '▶ Not paused'}${paused && st.reason ? ' — ' + esc(st.reason) : ''}</p>
+    ${upstreamHTML(s)}
+    <dl>
+      <dt>Latch</dt><dd data-field="phase">${esc(st.phase)}${timeHTML(st.since)}</dd>
+      <dt>Kargo's health</dt><dd data-field="health">${esc(st.health || 'unknown')}</dd>
+      <dt>Freight</dt><dd data-field="freight">${freightHTML(s)}</dd>
+      ${appsHTML(st)}
+      <dt>Analysis</dt><dd data-field="analysis">${analysisHTML(st.analysis)}</dd>
+      <dt>Verified</dt><dd data-field="verified">${st.markedVerified ? '✔ marked verified in this Stage' : 'not yet'}</dd>
+    </dl>
+    ${covering.filter((p) => !p.resuming).length ? `<div class="pauses" data-field="pauses"><h4>Pauses</h4>${covering.filter((p) => !p.resuming).map(pauseHTML).join('')}</div>` : ''}
+    ${holdsHTML(st)}
+    <div class="actions">${actions.join('')}</div>
+  </article>`;
+}
+
+function upstreamHTML(s) {
+  const from = [...(s.upstream || [])];
+  if (s.direct) from.unshift('a Warehouse');
+  return from.length ? `<p class="from">from ${from.map(esc).join(', ')}</p>` : '';
+}
+
+function freightHTML(s) {
+  const names = (s.status && s.status.freight) || [];
+  if (!names.length) return 'none';
+  return names.map((n) => (s.aliases && s.aliases[n] ? `${esc(s.aliases[n])} <small>(${esc(n.slice(0, 12))})</small>` : esc(n))).join(', ');
+}
+
+function appsHTML(st) {
+  if (!st.apps || !st.apps.length) return '';
+  const items = st.apps.map((a) => `<li>${esc(a.name)}: Kargo says <strong>${esc(a.health || '?')}</strong>${
+    a.seenHealthyAt ? `; latched Healthy${timeHTML(a.seenHealthyAt)}` : '; not yet seen Healthy'}</li>`).join('');
+  return `<dt>Apps</dt><dd data-field="apps"><ul>${items}</ul></dd>`;
+}
+
+function analysisHTML(a) {
+  if (!a) return 'none configured';
+  const who = a.by === 'kargo-latch' ? 'kargo-latch (verify on latch)' : a.by === 'kargo' ? 'Kargo' : 'not started';
+  return `${esc(a.phase || 'pending')} — by ${esc(who)}${a.analysisRun ? ` <small>${esc(a.analysisRun)}</small>` : ''}${a.message ? `<br><small>${esc(a.message)}</small>` : ''}`;
+}
+
+function pauseHTML(p) {
+  const by = p.by ? `by ${esc(p.by)}` : 'by someone (not said)';
+  return `<div class="pause" data-pause="${esc(p.project + '/' + p.name)}">
+    <strong>${esc(p.reason)}</strong> ${p.stage === '*' ? '(whole project)' : ''} ${by}${timeHTML(p.since)}
+    ${p.message ? `<blockquote>${esc(p.message)}</blockquote>` : ''}
+    ${p.drained && p.drained.length ? `<small>drained: ${p.drained.map(esc).join(', ')}</small>` : ''}
+    <small class="name">${esc(p.name)}</small></div>`;
+}
+
+function holdsHTML(st) {
+  const holds = st.kargoHolds || [];
+  if (!holds.length) return '';
+  return `<div class="holds" data-field="holds"><h4>Kargo's own holds</h4>
+    <p>Kargo holds auto-promotion from these origins until someone promotes their newest Freight or resumes auto-promotion in Kargo's UI; resuming here does not end them.</p>
+    <ul>${holds.map((h) => `<li>${esc(h.origin)}: ${esc(h.freight)}${h.actor ? ` promoted by ${esc(h.actor)}` : ''}${timeHTML(h.since)}</li>`).join('')}</ul></div>`;
+}
+
+// Times read both ways: "3m ago (14:02:11, 7 Dec)"; refreshTimes keeps the
+// relative part true.
+function timeHTML(t) {
+  return t ? ` <time datetime="${esc(t)}">${esc(timeText(t))}</time>` : '';
+}
+
+function timeText(t) {
+  const at = new Date(t);
+  const secs = Math.max(0, Math.round((Date.now() + state.skew - at.getTime()) / 1000));
+  const rel = secs < 60 ? `${secs}s` : secs < 3600 ? `${Math.floor(secs / 60)}m` : secs < 86400 ? `${Math.floor(secs / 3600)}h` : `${Math.floor(secs / 86400)}d`;
+  return `${rel} ago (${at.toLocaleString(undefined, { dateStyle: 'medium', timeStyle: 'medium' })})`;
+}
+
+function refreshTimes() {
+  for (const el of document.querySelectorAll('time[datetime]')) el.textContent = timeText(el.getAttribute('datetime'));
+}
+
+function renderCrumbs(r) {
+  const parts = ['<a href="/">All projects</a>'];
+  if (r.project) parts.push(`<a href="${url('projects', r.project)}/">${esc(r.project)}</a>`);
+  if (r.stage) parts.push(esc(r.stage));
+  document.getElementById('crumbs').innerHTML = parts.join(' › ');
+}
+
+function renderNotice() {
+  const global = state.problems[''];
+  const el = document.getElementById('notice');
+  if (global) { el.hidden = false; el.dataset.kind = 'problem'; el.textContent = '⚠ ' + global; }
+  else if (el.dataset.kind === 'problem') { el.hidden = true; }
+}
+
+function say(text, kind) {
+  const el = document.getElementById('notice');
+  el.hidden = false;
+  el.dataset.kind = kind;
+  el.textContent = text;
+}
+
+window.kargoLatch = { state, render, say, timeText, esc, url, cardHTML, button, projectHeadHTML, timeHTML, pauseHTML, main };
+connect();
+setInterval(refreshTimes, 5000);
