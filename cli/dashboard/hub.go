@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"maps"
+	"strings"
 	"sync"
 	"time"
 )
@@ -97,7 +98,7 @@ func (h *hub) projects() []string {
 	var out []string
 	add := func(m map[string][]byte) {
 		for k := range m {
-			p := k[:bytes.IndexByte([]byte(k), '/')]
+			p, _, _ := strings.Cut(k, "/")
 			if !seen[p] {
 				seen[p] = true
 				out = append(out, p)

@@ -34,6 +34,10 @@ func (s *server) handler() http.Handler {
 	mux := http.NewServeMux()
 	static, _ := fs.Sub(assets, "assets")
 	mux.Handle("GET /assets/", http.StripPrefix("/assets/", http.FileServerFS(static)))
+	mux.HandleFunc("GET /favicon.ico", func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "image/svg+xml")
+		http.ServeFileFS(w, r, assets, "assets/icon.svg")
+	})
 	mux.HandleFunc("GET /{$}", s.index)
 	mux.HandleFunc("GET /projects/{project}/{$}", s.index)
 	mux.HandleFunc("GET /projects/{project}/stages/{stage}", s.index)

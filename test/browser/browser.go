@@ -71,7 +71,7 @@ func Chromium() (string, error) {
 
 // New starts a headless Chromium and returns a context of its first tab.
 // Each test opens its own tabs with chromedp.NewContext(browserCtx): they
-// share the browser, so starting it (about a second) is paid once. The
+// share the browser, so starting it (0.7-0.9 s here) is paid once. The
 // browser lives until cancel, or until ctx ends; cancel waits until the
 // process and its children are gone and the profile directory is removed.
 func New(ctx context.Context) (browserCtx context.Context, cancel context.CancelFunc, err error) {
@@ -104,8 +104,8 @@ func New(ctx context.Context) (browserCtx context.Context, cancel context.Cancel
 		// With all the flags above, Chromium 156 still looks up
 		// accounts.google.com, clients2.google.com and
 		// update.googleapis.com at start (seen with strace): no name
-		// resolves but loopback's (localhost, 127.*, [::1]), so no query leaves the machine. Pages
-		// under test are on 127.0.0.1 or localhost.
+		// resolves but loopback's (localhost, 127.*, [::1]), so no DNS
+		// query leaves the machine. Pages under test are on loopback.
 		chromedp.Flag("host-resolver-rules", "MAP * ~NOTFOUND, EXCLUDE localhost, EXCLUDE 127.*, EXCLUDE [::1]"),
 		chromedp.WindowSize(1280, 900),
 		// chromedp makes a fresh profile directory for each browser when no
@@ -131,11 +131,11 @@ func New(ctx context.Context) (browserCtx context.Context, cancel context.Cancel
 		if stopped {
 			err = fmt.Errorf("did not start within %s", startTimeout)
 		}
-		msg := fmt.Sprintf("starting %s: %v", path, err)
+		var printed string
 		if out := output.lines(); out != "" {
-			msg += "\nits output:\n" + out
+			printed = "\nits output:\n" + out
 		}
-		return nil, nil, errors.New(msg)
+		return nil, nil, fmt.Errorf("starting %s: %w%s", path, err, printed)
 	}
 	return tabCtx, cancel, nil
 }

@@ -86,6 +86,12 @@ func run(ctx context.Context) error {
 	}
 	d.rollouts, d.metric = rollouts, metric
 	defer d.stopReplicas()
+	if d.dashboard, err = d.startDashboard(); err != nil {
+		return err
+	}
+	defer d.dashboard.stop()
+	say("")
+	say("Watch it on a page: %sprojects/%s/  (kargo-latch dashboard, as lead; it pauses and resumes too)", d.dashboard.url, project)
 	if err := d.play(ctx); err != nil {
 		// The cluster's directory, logs included, goes with the cluster.
 		for _, r := range d.replicas {
@@ -117,8 +123,10 @@ type demo struct {
 	dev      dynamic.Interface // bound to kargo-latch-pauser
 	lead     dynamic.Interface // bound to kargo-latch-resumer
 	replicas []*replica
-	rollouts *cluster.Rollouts    // Argo Rollouts' analysis controller
-	metric   *driver.MetricServer // the endpoint of the first story's web metric
+	// dashboard is `kargo-latch dashboard` as lead, for people to watch.
+	dashboard *dashboard
+	rollouts  *cluster.Rollouts    // Argo Rollouts' analysis controller
+	metric    *driver.MetricServer // the endpoint of the first story's web metric
 	// kubeconfigs of the people, for the CLI.
 	adminKubeconfig, devKubeconfig, leadKubeconfig string
 }
@@ -232,7 +240,9 @@ func tail(path string, n int) string {
 // keep leaves the cluster and the operator running until interrupted.
 func (d *demo) keep(ctx context.Context) error {
 	say("")
-	say("DEMO_KEEP is set: the cluster and both replicas keep running. In another shell:")
+	say("DEMO_KEEP is set: the cluster, both replicas and the dashboard keep running.")
+	say("  The page, as lead (may pause and resume): %sprojects/%s/", d.dashboard.url, project)
+	say("  In another shell:")
 	say("  export KUBECONFIG=%s", d.adminKubeconfig)
 	say("  go run ./cmd/kargo-latch status -n %s        # or: kubectl get stages,stagepauses -n %s", project, project)
 	say("Press Ctrl-C to stop and clean up.")

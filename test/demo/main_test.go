@@ -21,6 +21,7 @@ func TestDemoOnStandInCRDs(t *testing.T) {
 	t.Setenv("KARGO_LATCH_STAND_IN_CRDS", "1")
 	t.Setenv("DEMO_NODE", "")
 	t.Setenv("DEMO_KEEP", "")
+	t.Setenv("DEMO_DASHBOARD_PORT", "0") // beside a dashboard a person may run on 3100
 	root, err := cluster.RepoRoot()
 	if err != nil {
 		t.Fatal(err)
