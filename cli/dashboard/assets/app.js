@@ -149,7 +149,7 @@ function projectHeadHTML(p) {
   const a = state.access[p.name] || {};
   const wide = projectPauses(p.name);
   const banner = wide.length ? `<div class="banner paused" data-project-pause="${esc(p.name)}" role="status">
-      <strong>⏸ Project paused</strong>: every Stage's auto-promotion is refused. ${wide.map(pauseHTML).join('')}</div>` : '';
+      <strong>Project paused</strong>: every Stage's auto-promotion is refused. ${wide.map(pauseHTML).join('')}</div>` : '';
   const action = wide.length
     ? button('resume-project', 'Resume the project', a.resume, a.resumeWhy, { project: p.name })
     : button('pause-project', 'Pause the project', a.pause, a.pauseWhy, { project: p.name }, 'danger big');
@@ -193,7 +193,7 @@ function cardHTML(key) {
   else actions.push(button('pause', 'Pause', a.pause, a.pauseWhy, { project: s.project, stage: s.name }, 'danger'));
   return `<article class="stage ${paused ? 'is-paused' : ''} phase-${esc(st.phase)}" data-stage="${esc(key)}" aria-label="Stage ${esc(s.name)}">
     <h3><a href="${url('projects', s.project, 'stages', s.name)}" data-focus="link:${esc(key)}">${esc(s.name)}</a></h3>
-    <p class="badge ${paused ? 'paused' : 'running'}" data-field="paused">${paused ? '⏸ Paused' : '▶ Not paused'}${paused && st.reason ? ' — ' + esc(st.reason) : ''}</p>
+    <p class="badge ${paused ? 'paused' : 'running'}" data-field="paused">${paused ? 'Paused' : 'Not paused'}${paused && st.reason ? ' — ' + esc(st.reason) : ''}</p>
     ${upstreamHTML(s)}
     <dl>
       <dt>Latch</dt><dd data-field="phase">${esc(st.phase)}${timeHTML(st.since)}</dd>
@@ -218,7 +218,8 @@ function upstreamHTML(s) {
 function freightHTML(s) {
   const names = (s.status && s.status.freight) || [];
   if (!names.length) return 'none';
-  return names.map((n) => (s.aliases && s.aliases[n] ? `${esc(s.aliases[n])} <small>(${esc(n.slice(0, 12))})</small>` : esc(n))).join(', ');
+  const short = (n) => `<abbr title="${esc(n)}">${esc(n.length > 16 ? n.slice(0, 12) + '…' : n)}</abbr>`;
+  return names.map((n) => (s.aliases && s.aliases[n] ? `${esc(s.aliases[n])} <small>(${short(n)})</small>` : short(n))).join(', ');
 }
 
 function appsHTML(st) {
@@ -261,7 +262,9 @@ function timeText(t) {
   const at = new Date(t);
   const secs = Math.max(0, Math.round((Date.now() + state.skew - at.getTime()) / 1000));
   const rel = secs < 60 ? `${secs}s` : secs < 3600 ? `${Math.floor(secs / 60)}m` : secs < 86400 ? `${Math.floor(secs / 3600)}h` : `${Math.floor(secs / 86400)}d`;
-  return `${rel} ago (${at.toLocaleString(undefined, { dateStyle: 'medium', timeStyle: 'medium' })})`;
+  const today = new Date(Date.now() + state.skew).toDateString() === at.toDateString();
+  const abs = today ? at.toLocaleTimeString() : at.toLocaleString(undefined, { dateStyle: 'medium', timeStyle: 'medium' });
+  return `${rel} ago (${abs})`;
 }
 
 function refreshTimes() {
