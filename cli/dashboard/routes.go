@@ -39,6 +39,7 @@ func (s *server) handler() http.Handler {
 		http.ServeFileFS(w, r, assets, "assets/icon.svg")
 	})
 	mux.HandleFunc("GET /{$}", s.index)
+	mux.HandleFunc("GET /projects/{project}", s.index)
 	mux.HandleFunc("GET /projects/{project}/{$}", s.index)
 	mux.HandleFunc("GET /projects/{project}/stages/{stage}", s.index)
 	mux.HandleFunc("GET /api/live", s.live)

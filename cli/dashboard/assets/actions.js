@@ -48,9 +48,14 @@ function openProjectPause(project, opener) {
   projectDialog.querySelector('[name="confirm"]').focus();
 }
 
+// closeDialog gives the focus back to the button that opened the dialog,
+// or to the one drawn in its place since (the page redraws what changes).
 function closeDialog(dialog) {
   dialog.close();
-  target?.opener?.isConnected && target.opener.focus();
+  const opener = target?.opener;
+  if (!opener) return;
+  const again = opener.isConnected ? opener : document.querySelector(`[data-focus="${CSS.escape(opener.dataset.focus || '')}"]`);
+  (again || document.querySelector(`[data-focus="${CSS.escape('link:' + target.project + '/' + target.stage)}"]`))?.focus();
 }
 
 async function resume(project, stage, button) {

@@ -62,10 +62,17 @@ function render() {
     layoutKey = key;
     rendered = new Map();
     main.innerHTML = projects.length ? projects.map(projectHTML).join('') : '<p class="empty">No Stages you may read.</p>';
-    for (const p of projects) for (const s of p.stages) rendered.set(s.key, cardSource(s.key));
+    for (const p of projects) {
+      rendered.set('head:' + p.name, projectHeadHTML(p));
+      for (const s of p.stages) rendered.set(s.key, cardSource(s.key));
+    }
   } else {
     for (const p of projects) {
-      replace(`[data-project-head="${cssEsc(p.name)}"]`, projectHeadHTML(p));
+      const head = projectHeadHTML(p);
+      if (rendered.get('head:' + p.name) !== head) {
+        rendered.set('head:' + p.name, head);
+        replace(`[data-project-head="${cssEsc(p.name)}"]`, head);
+      }
       for (const s of p.stages) {
         const src = cardSource(s.key);
         if (rendered.get(s.key) !== src) {

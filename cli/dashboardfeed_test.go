@@ -1,0 +1,97 @@
+package cli
+
+import (
+	"context"
+	"encoding/json"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	dynamicfake "k8s.io/client-go/dynamic/fake"
+	k8stesting "k8s.io/client-go/testing"
+
+	"github.com/kargo-latch/kargo-latch/api/v1alpha1"
+	"github.com/kargo-latch/kargo-latch/kargo"
+)
+
+func feedObject(gvr schema.GroupVersionResource, kind, ns, name string, fields map[string]any) *unstructured.Unstructured {
+	obj := map[string]any{"apiVersion": gvr.GroupVersion().String(), "kind": kind,
+		"metadata": map[string]any{"namespace": ns, "name": name, "creationTimestamp": "2026-12-08T10:00:00Z"}}
+	for k, v := range fields {
+		obj[k] = v
+	}
+	return &unstructured.Unstructured{Object: obj}
+}
+
+// The page's Stages are the status rows, with the pipeline's edges and the
+// Freight's aliases; the pauses say who made them.
+func TestDashboardSnapshotIsTheStatusRows(t *testing.T) {
+	prod := feedObject(kargo.StagesResource, "Stage", "p", "prod", map[string]any{
+		"spec": map[string]any{"requestedFreight": []any{map[string]any{"sources": map[string]any{"stages": []any{"test"}}}}},
+		"status": map[string]any{"health": map[string]any{"status": "Healthy"},
+			"freightHistory": []any{map[string]any{"id": "c1", "items": map[string]any{"Warehouse/w": map[string]any{"name": "f1", "origin": map[string]any{"kind": "Warehouse", "name": "w"}}}}}},
+	})
+	failure := feedObject(v1alpha1.StagePausesResource, "StagePause", "p", "prod-degraded-1", map[string]any{"spec": map[string]any{"stage": "prod", "reason": "Degraded"}})
+	failure.SetAnnotations(map[string]string{v1alpha1.DerivedNameAnnotation: "prod-degraded-1"})
+	manual := feedObject(v1alpha1.StagePausesResource, "StagePause", "p", "prod-x", map[string]any{"spec": map[string]any{"stage": "prod", "message": "INC-1"}})
+	manual.SetAnnotations(map[string]string{v1alpha1.PausedByAnnotation: "dev"})
+	freight := feedObject(kargo.FreightsResource, "Freight", "p", "f1", map[string]any{"alias": "brave-fox"})
+	client := fakeClient(prod, failure, manual, freight)
+	f := &feed{client: client, only: "p"}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	snapshot, err := f.watch(ctx, make(chan struct{}, 1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := snapshot()
+	if len(s.Stages) != 1 {
+		t.Fatalf("stages %+v", s.Stages)
+	}
+	st := s.Stages[0]
+	var row StageStatus
+	if err := json.Unmarshal(st.Status, &row); err != nil {
+		t.Fatal(err)
+	}
+	if !row.Paused || row.Health != "Healthy" || len(row.Pauses) != 2 {
+		t.Errorf("row %+v, want paused by both, Healthy", row)
+	}
+	if d := cmp.Diff([]string{"test"}, st.Upstream); d != "" || st.Direct {
+		t.Errorf("upstream (-want +got):\n%s direct %v", d, st.Direct)
+	}
+	if d := cmp.Diff(map[string]string{"f1": "brave-fox"}, st.Aliases); d != "" {
+		t.Errorf("aliases (-want +got):\n%s", d)
+	}
+	by := map[string]string{}
+	for _, p := range s.Pauses {
+		by[p.Name] = p.By
+	}
+	if d := cmp.Diff(map[string]string{"prod-degraded-1": "kargo-latch, on the failure", "prod-x": "dev"}, by); d != "" {
+		t.Errorf("who paused (-want +got):\n%s", d)
+	}
+}
+
+// Without the right to list Stages everywhere, the page shows each Kargo
+// project where the user may, and says nothing of the others.
+func TestDashboardFindsTheReadableProjects(t *testing.T) {
+	client := dynamicfake.NewSimpleDynamicClientWithCustomListKinds(runtime.NewScheme(), map[schema.GroupVersionResource]string{
+		kargo.StagesResource: "StageList", projectsResource: "ProjectList",
+	}, feedObject(projectsResource, "Project", "", "mine", nil), feedObject(projectsResource, "Project", "", "theirs", nil))
+	client.PrependReactor("list", "stages", func(a k8stesting.Action) (bool, runtime.Object, error) {
+		if ns := a.GetNamespace(); ns != "mine" {
+			return true, nil, apierrors.NewForbidden(kargo.StagesResource.GroupResource(), "", nil)
+		}
+		return false, nil, nil
+	})
+	f := &feed{client: client, fallback: "default", problems: map[string]string{}}
+	got, err := f.projects(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d := cmp.Diff([]string{"mine"}, got); d != "" {
+		t.Errorf("projects (-want +got):\n%s", d)
+	}
+}

@@ -1,0 +1,454 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/kargo-latch/kargo-latch/api"
+	"github.com/kargo-latch/kargo-latch/kargo"
+	"github.com/kargo-latch/kargo-latch/latch"
+	"github.com/kargo-latch/kargo-latch/test/driver"
+)
+
+// dashNS is the dashboard's project: its own Stages, which no operator
+// watches, so that nothing but the bench changes them.
+const dashNS = "bench-dashboard"
+
+// dashColumns is the depth of the project's pipeline: Stage i requests
+// Freight from Stage i-perColumn, so the page lays out this many columns.
+const dashColumns = 5
+
+var (
+	dashStages  = flag.Int("dashboard-stages", 1000, "dashboard: Stages of its project, busy Stages in a pipeline of 5 columns")
+	dashPages   = flag.Int("dashboard-pages", 5, "dashboard: first pages timed, each in a new tab, each next to a run of `status -o json`")
+	dashChanges = flag.Int("dashboard-changes", 20, "dashboard: StagePauses timed from the API server's answer to the page")
+)
+
+// dashboard measures `kargo-latch dashboard` over one project of
+// -dashboard-stages busy Stages (issue 30 §4): the first page in Chromium
+// against `status -o json` reading the same Stages, a pause's way from the
+// API server to the page against a plain watch seeing it, and the
+// dashboard's memory.
+func (b *bench) dashboard(ctx context.Context) ([]row, error) {
+	n := *dashStages
+	if _, err := b.kube.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: dashNS,
+		Labels: map[string]string{"kargo.akuity.io/project": "true"}}}, metav1.CreateOptions{}); err != nil {
+		return nil, err
+	}
+	say("dashboard: creating %d busy Stages in %s (status as Kargo keeps it, a latch record each), a pipeline of %d columns", n, dashNS, dashColumns)
+	t0 := time.Now()
+	stages, err := b.createDashboardStages(ctx, n)
+	if err != nil {
+		return nil, err
+	}
+	say("dashboard: created in %v", time.Since(t0).Round(time.Second))
+
+	d, err := b.startDashboard(ctx)
+	if err != nil {
+		return nil, err
+	}
+	defer d.stop()
+	started, _ := procMemory(d.pid())
+	say("dashboard: serving %s %v after its start (its watches listed); RSS %s", d.url, d.ready.Round(time.Millisecond), mb(started.rss))
+
+	br, err := newDashBrowser(ctx, d.url, n)
+	if err != nil {
+		return nil, err
+	}
+	defer br.close()
+
+	load0 := loadAvg()
+	say("dashboard: first page in Chromium, %d new tabs, each after a run of `status -n %s -o json` (the baseline); load %s", *dashPages, dashNS, load0)
+	var pages, statuses []time.Duration
+	var statusRSS int64
+	var first []firstPage
+	for i := range *dashPages {
+		st, err := b.statusOnce(ctx, n)
+		if err != nil {
+			return nil, err
+		}
+		statuses, statusRSS = append(statuses, st.took), max(statusRSS, st.maxRSS)
+		p, err := br.firstPage(ctx, i == *dashPages-1)
+		if err != nil {
+			return nil, err
+		}
+		first, pages = append(first, p), append(pages, p.painted)
+		say("   tab %d: all %d cards painted %v after the navigation's start (full message %.1f MB in at %v, cards in the DOM %v); status -o json %v, %.1f MB",
+			i+1, n, ms(p.painted), float64(p.bytes)/(1<<20), ms(p.message), ms(p.dom), st.took.Round(time.Millisecond), float64(st.bytes)/(1<<20))
+	}
+	sayFirstPageSplit(first)
+	afterPages, _ := procMemory(d.pid())
+	say("dashboard: after the first pages, RSS %s, HWM %s; the page's JS heap %s", mb(afterPages.rss), mb(afterPages.hwm), mb(br.heap(ctx)))
+
+	load1 := loadAvg()
+	say("dashboard: %d StagePauses, each on a random Stage, timed from the create's answer to the card painted paused; baseline: a plain watch of stagepauses; load %s", *dashChanges, load1)
+	cpu0 := procCPU(d.pid())
+	ch, err := b.dashboardChanges(ctx, br, stages)
+	if err != nil {
+		return nil, err
+	}
+	cpu := procCPU(d.pid()) - cpu0
+	afterChanges, _ := procMemory(d.pid())
+	load2 := loadAvg()
+	say("dashboard: after the changes, RSS %s, HWM %s; it used %v of CPU during them (%v per change); load %s",
+		mb(afterChanges.rss), mb(afterChanges.hwm), cpu, cpu/time.Duration(len(ch.page)), load2)
+	if err := br.screenshot(ctx, "dashboard-1000-stages"); err != nil {
+		say("dashboard: screenshot: %v", err)
+	} else {
+		say("dashboard: screenshot dist/screenshots/dashboard-1000-stages.png")
+	}
+	if errs := br.console.Errors(); len(errs) > 0 {
+		say("dashboard: the page raised %d error(s): %s", len(errs), strings.Join(errs, "; "))
+	}
+
+	pp, sp := percentiles(pages), percentiles(statuses)
+	cp, wp := quantiles(ch.page), quantiles(ch.watch)
+	of := fmt.Sprintf("%d Stages", n)
+	return []row{
+		{figure: "D1. dashboard first page, " + of + " (navigation → every card painted)",
+			value:    fmt.Sprintf("p50 %v, max %v (%d tabs; load %s)", ms(pp.p50), ms(pp.max), pp.n, load0),
+			baseline: fmt.Sprintf("status -o json of the same Stages: p50 %v, max %v", ms(sp.p50), ms(sp.max)),
+			ratio:    fmt.Sprintf("p50 %.2f×", float64(pp.p50)/float64(sp.p50)),
+			goal:     "every tab < 1 s", met: pp.max < time.Second},
+		{figure: "D2. dashboard change, " + of + " (StagePause created → card painted paused)",
+			value:    fmt.Sprintf("%s (load %s)", cp, load2),
+			baseline: "plain watch of stagepauses " + wp.String(),
+			ratio:    fmt.Sprintf("p95 %.0f×", float64(cp.p95)/float64(max(wp.p95, time.Millisecond))),
+			goal:     "p95 < 1 s", met: cp.p95 < time.Second},
+		{figure: "D3. dashboard memory, " + of,
+			value: fmt.Sprintf("after the first pages RSS %s (HWM %s); after the changes RSS %s (HWM %s)",
+				mb(afterPages.rss), mb(afterPages.hwm), mb(afterChanges.rss), mb(afterChanges.hwm)),
+			baseline: "status -o json peak RSS " + mb(statusRSS),
+			ratio:    fmt.Sprintf("HWM %.2f×", float64(afterChanges.hwm)/float64(statusRSS)),
+			goal:     "reported only", met: true},
+	}, nil
+}
+
+// createDashboardStages creates the project's busy Stages, 16 at a time:
+// Kargo's status as WriteBusyStatus leaves it, the record the operator
+// would keep for a Stage latched on its own Healthy, and spec.requestedFreight
+// from the Stage one column up (the first column from the Warehouse).
+func (b *bench) createDashboardStages(ctx context.Context, n int) ([]*driver.Stage, error) {
+	perColumn := (n + dashColumns - 1) / dashColumns
+	stages := make([]*driver.Stage, n)
+	errs := make(chan error, n)
+	sem := make(chan struct{}, 16)
+	var wg sync.WaitGroup
+	for i := range n {
+		opts := []driver.StageOption{driver.WithBusyApps()}
+		if i >= perColumn {
+			opts = append(opts, fromStage(fmt.Sprintf("stage-%05d", i-perColumn)))
+		}
+		wg.Go(func() {
+			sem <- struct{}{}
+			defer func() { <-sem }()
+			s, err := b.kargo.CreateStage(ctx, dashNS, fmt.Sprintf("stage-%05d", i), map[string]string{api.PauseOnFailureAnnotation: "true"}, opts...)
+			if err == nil {
+				err = s.WriteBusyStatus(ctx, kargo.HealthHealthy)
+			}
+			if err == nil {
+				err = b.writeLatchedRecord(ctx, s)
+			}
+			stages[i] = s
+			errs <- err
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		if err != nil {
+			return nil, err
+		}
+	}
+	return stages, nil
+}
+
+// fromStage makes the Stage request its Freight from upstream, not from the
+// Warehouse: an edge of the pipeline the page lays out.
+func fromStage(upstream string) driver.StageOption {
+	return func(u *unstructured.Unstructured) {
+		_ = unstructured.SetNestedSlice(u.Object, []any{map[string]any{
+			"origin":  map[string]any{"kind": "Warehouse", "name": "warehouse"},
+			"sources": map[string]any{"stages": []any{upstream}},
+		}}, "spec", "requestedFreight")
+	}
+}
+
+// writeLatchedRecord stores the record the operator keeps for a busy Stage
+// latched on the Stage's own Healthy (LatchedByStage: no per-App times),
+// for the cycle of its status: what `status` and the page read.
+func (b *bench) writeLatchedRecord(ctx context.Context, s *driver.Stage) error {
+	u, err := s.Get(ctx)
+	if err != nil {
+		return err
+	}
+	promotion, _, _ := unstructured.NestedString(u.Object, "status", "lastPromotion", "name")
+	freight, _, _ := unstructured.NestedString(u.Object, "status", "lastPromotion", "freight", "name")
+	finished, _, _ := unstructured.NestedString(u.Object, "status", "lastPromotion", "finishedAt")
+	history, _, _ := unstructured.NestedSlice(u.Object, "status", "freightHistory")
+	if len(history) == 0 || promotion == "" {
+		return fmt.Errorf("stage %s/%s: no busy status to latch", s.Namespace, s.Name)
+	}
+	id, _ := history[0].(map[string]any)["id"].(string)
+	promoted, err := time.Parse(time.RFC3339, finished)
+	if err != nil {
+		return err
+	}
+	latched := promoted.Add(45 * time.Second)
+	v := latch.VerificationRecord{ID: fmt.Sprintf("%s-%d", id[:12], promoted.Unix()), Actor: latch.Actor, StartTime: promoted, FinishTime: latched,
+		Phase: latch.VerificationSuccessful, Message: "Stage Healthy: latched"}
+	rec := latch.Record{Promotion: promotion, Freight: freight, FreightID: id, Phase: latch.PhaseLatched, PromotedAt: &promoted,
+		LatchedAt: &latched, LatchedBy: latch.LatchedByStage, Marked: []string{freight}, ExaminedPromotion: promotion,
+		Verification: &v, History: []latch.VerificationRecord{v}}
+	patch, err := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": map[string]string{api.StateAnnotation: rec.Encode()}}})
+	if err != nil {
+		return err
+	}
+	_, err = b.dyn.Resource(kargo.StagesResource).Namespace(s.Namespace).Patch(ctx, s.Name, types.MergePatchType, patch, metav1.PatchOptions{})
+	return err
+}
+
+// dashProc is the `kargo-latch dashboard` process measured.
+type dashProc struct {
+	cmd   *exec.Cmd
+	url   string
+	ready time.Duration // from its start to its first line
+	done  chan struct{}
+}
+
+func (d *dashProc) pid() int { return d.cmd.Process.Pid }
+
+// startDashboard runs bin/kargo-latch dashboard as the cluster's admin over
+// the project, on a free port, and reads its address from its first line.
+// Its log is dashboard.log in the cluster's directory.
+func (b *bench) startDashboard(ctx context.Context) (*dashProc, error) {
+	log, err := os.Create(filepath.Join(b.c.Dir, "dashboard.log"))
+	if err != nil {
+		return nil, err
+	}
+	d := &dashProc{done: make(chan struct{})}
+	d.cmd = exec.Command(binPath(b.c, "kargo-latch"), "dashboard", "--kubeconfig", b.kubecfgAdmin(), "-n", dashNS, "--port", "0") //nolint:gosec // the binary under test
+	d.cmd.Stderr = log
+	d.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	out, err := d.cmd.StdoutPipe()
+	if err != nil {
+		return nil, err
+	}
+	t0 := time.Now()
+	if err := d.cmd.Start(); err != nil {
+		_ = log.Close()
+		return nil, fmt.Errorf("starting bin/kargo-latch dashboard (make build): %w", err)
+	}
+	lines := make(chan string, 1)
+	go func() {
+		r := bufio.NewReader(out)
+		line, _ := r.ReadString('\n')
+		lines <- line
+		_, _ = io.Copy(log, r)
+	}()
+	go func() { _ = d.cmd.Wait(); _ = log.Close(); close(d.done) }()
+	const prefix = "kargo-latch dashboard: "
+	select {
+	case line := <-lines:
+		d.ready = time.Since(t0)
+		if !strings.HasPrefix(line, prefix) {
+			d.stop()
+			return nil, fmt.Errorf("the dashboard said %q, not its address (its log: %s)", line, filepath.Join(b.c.Dir, "dashboard.log"))
+		}
+		d.url, _, _ = strings.Cut(strings.TrimPrefix(line, prefix), " ")
+		return d, nil
+	case <-time.After(5 * time.Minute):
+	case <-ctx.Done():
+	}
+	d.stop()
+	return nil, errors.New("the dashboard did not say its address within 5 minutes")
+}
+
+// stop ends the dashboard as Ctrl-C does.
+func (d *dashProc) stop() {
+	_ = d.cmd.Process.Signal(os.Interrupt)
+	select {
+	case <-d.done:
+	case <-time.After(5 * time.Second):
+		_ = d.cmd.Process.Kill()
+		<-d.done
+	}
+}
+
+// statusRun is one run of `kargo-latch status -o json`.
+type statusRun struct {
+	took          time.Duration
+	maxRSS, bytes int64
+}
+
+// statusOnce runs `status -n dashNS -o json` as the admin and checks it
+// shows the n Stages: the same reading as the page's, without a page.
+func (b *bench) statusOnce(ctx context.Context, n int) (statusRun, error) {
+	cmd := exec.CommandContext(ctx, binPath(b.c, "kargo-latch"), "status", "--kubeconfig", b.kubecfgAdmin(), "-n", dashNS, "-o", "json") //nolint:gosec // the binary under test
+	var out, stderr strings.Builder
+	cmd.Stdout, cmd.Stderr = &out, &stderr
+	t0 := time.Now()
+	if err := cmd.Run(); err != nil {
+		return statusRun{}, fmt.Errorf("kargo-latch status: %w: %s", err, stderr.String())
+	}
+	r := statusRun{took: time.Since(t0), bytes: int64(out.Len())}
+	if ru, ok := cmd.ProcessState.SysUsage().(*syscall.Rusage); ok {
+		r.maxRSS = ru.Maxrss << 10
+	}
+	var rows []struct{}
+	if err := json.Unmarshal([]byte(out.String()), &rows); err != nil || len(rows) != n {
+		return r, fmt.Errorf("kargo-latch status showed %d Stages, not %d (%v)", len(rows), n, err)
+	}
+	return r, nil
+}
+
+// changes are the timed pauses: the page's latency and the plain watch's,
+// each from the create's answer.
+type changes struct{ page, watch []time.Duration }
+
+// dashboardChanges pauses random Stages, one at a time, each timed from
+// the moment the API server answered the create to the card painted
+// paused (the page's clock, compared with the bench's on this machine)
+// and to a plain watch's event.
+func (b *bench) dashboardChanges(ctx context.Context, br *dashBrowser, stages []*driver.Stage) (changes, error) {
+	pw, err := watchPauses(ctx, b.dyn, dashNS)
+	if err != nil {
+		return changes{}, err
+	}
+	offset, rtt, err := br.clockOffset(ctx)
+	if err != nil {
+		return changes{}, err
+	}
+	say("   the page's clock is %v ahead of the bench's (± %v, half the best of 10 round trips)", offset, rtt/2)
+	var c changes
+	var server, parse, paint, sinceStamp []time.Duration
+	perColumn := (len(stages) + dashColumns - 1) / dashColumns
+	order := rand.Perm(len(stages))
+	order[0] = rand.IntN(dashColumns) * perColumn // the first on the top row, for the screenshot
+	for i, k := range order[:min(*dashChanges, len(order))] {
+		s := stages[k]
+		name := fmt.Sprintf("bench-dashboard-%02d", i)
+		key := dashNS + "/" + s.Name
+		if err := br.expectPaused(ctx, key); err != nil {
+			return c, err
+		}
+		seen := pw.expect(name)
+		created, err := b.dyn.Resource(pausesGVR).Namespace(dashNS).Create(ctx, pauseObject(name, s.Name), metav1.CreateOptions{})
+		if err != nil {
+			return c, err
+		}
+		accepted := time.Now()
+		var watched time.Time
+		select {
+		case watched = <-seen:
+		case <-time.After(time.Minute):
+			return c, fmt.Errorf("the watch never saw StagePause %s", name)
+		}
+		shown, err := br.waitPaused(ctx, key, offset)
+		if err != nil {
+			return c, err
+		}
+		c.page, c.watch = append(c.page, shown.painted.Sub(accepted)), append(c.watch, watched.Sub(accepted))
+		server, parse, paint = append(server, shown.message.Sub(accepted)), append(parse, shown.dom.Sub(shown.message)), append(paint, shown.painted.Sub(shown.dom))
+		sinceStamp = append(sinceStamp, shown.painted.Sub(created.GetCreationTimestamp().Time))
+		time.Sleep(300 * time.Millisecond)
+	}
+	say("   split: the create's answer → the page's message in %v; → the cards in the DOM (parse, render) %v; → painted %v",
+		quantiles(server), quantiles(parse), quantiles(paint))
+	say("   painted − the StagePause's creationTimestamp (whole seconds, so up to 1 s more): %v", quantiles(sinceStamp))
+	return c, nil
+}
+
+// quants are p50, p95 and the maximum.
+type quants struct {
+	p50, p95, max time.Duration
+	n             int
+}
+
+func quantiles(d []time.Duration) quants {
+	s := slices.Clone(d)
+	slices.Sort(s)
+	at := func(q float64) time.Duration { return s[min(len(s)-1, int(q*float64(len(s))))] }
+	return quants{p50: at(0.5), p95: at(0.95), max: s[len(s)-1], n: len(s)}
+}
+
+func (q quants) String() string {
+	return fmt.Sprintf("p50 %v, p95 %v, max %v (%d samples)", ms(q.p50), ms(q.p95), ms(q.max), q.n)
+}
+
+// ms rounds to 0.1 ms for the report.
+func ms(d time.Duration) time.Duration { return d.Round(100 * time.Microsecond) }
+
+// procMem is a process's resident memory now and at its peak.
+type procMem struct{ rss, hwm int64 }
+
+func procMemory(pid int) (procMem, error) {
+	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		return procMem{}, err
+	}
+	var m procMem
+	for line := range strings.SplitSeq(string(data), "\n") {
+		f := strings.Fields(line)
+		if len(f) < 2 {
+			continue
+		}
+		kb, _ := strconv.ParseInt(f[1], 10, 64)
+		switch f[0] {
+		case "VmRSS:":
+			m.rss = kb << 10
+		case "VmHWM:":
+			m.hwm = kb << 10
+		}
+	}
+	return m, nil
+}
+
+// procCPU is the CPU time a process used so far (user and system), from
+// /proc/<pid>/stat in clock ticks of 10 ms.
+func procCPU(pid int) time.Duration {
+	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0
+	}
+	f := strings.Fields(string(data[strings.LastIndexByte(string(data), ')')+1:]))
+	if len(f) < 13 {
+		return 0
+	}
+	utime, _ := strconv.ParseInt(f[11], 10, 64)
+	stime, _ := strconv.ParseInt(f[12], 10, 64)
+	return time.Duration(utime+stime) * 10 * time.Millisecond
+}
+
+// loadAvg is the machine's load average over 1, 5 and 15 minutes.
+func loadAvg() string {
+	data, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		return "unknown"
+	}
+	f := strings.Fields(string(data))
+	if len(f) < 3 {
+		return "unknown"
+	}
+	return strings.Join(f[:3], "/")
+}
