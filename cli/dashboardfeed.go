@@ -5,7 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"sort"
-	"strings"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -34,8 +34,8 @@ type feed struct {
 	// neither every Stage nor the projects.
 	fallback string
 
-	stages, pauses, freight []*source
-	problems                map[string]string
+	stages, pauses, freight, warnings []*source
+	problems                          map[string]string
 }
 
 // watch starts the watches and returns the snapshot the page shows.
@@ -60,9 +60,14 @@ func (f *feed) watch(ctx context.Context, changed chan<- struct{}) (func() dashb
 		} else {
 			f.pauses = append(f.pauses, pauses)
 		}
-		// Freight gives aliases only: without the right, names do.
+		// Freight gives aliases only: without the right, names do. The
+		// Stages' Warnings (refusals, gate bypasses) are shown where the
+		// user may read Events.
 		if freight, err := watchSource(ctx, sourceSpec{client: f.client, gvr: kargo.FreightsResource, ns: ns, changed: changed}); err == nil {
 			f.freight = append(f.freight, freight)
+		}
+		if warnings, err := watchSource(ctx, sourceSpec{client: f.client, gvr: eventsResource, ns: ns, tweak: stageWarnings, changed: changed}); err == nil {
+			f.warnings = append(f.warnings, warnings)
 		}
 	}
 	return f.snapshot, nil
@@ -123,6 +128,7 @@ func (f *feed) snapshot() dashboard.Snapshot {
 		byKey[dashboard.Key(u.GetNamespace(), u.GetName())] = u
 	}
 	aliases := freightAliases(objectsOf(f.freight))
+	warnings := recentWarnings(objectsOf(f.warnings), time.Now())
 	s := dashboard.Snapshot{Problems: f.problems}
 	for _, r := range rows(stageObjects, pauses) {
 		b, err := json.Marshal(r)
@@ -131,6 +137,7 @@ func (f *feed) snapshot() dashboard.Snapshot {
 		}
 		st := dashboard.Stage{Project: r.Project, Name: r.Stage, Status: b}
 		st.Upstream, st.Direct = dashboard.UpstreamOf(byKey[dashboard.Key(r.Project, r.Stage)])
+		st.Warnings = warnings[dashboard.Key(r.Project, r.Stage)]
 		for _, name := range r.Freight {
 			if a := aliases[dashboard.Key(r.Project, name)]; a != "" {
 				if st.Aliases == nil {
@@ -162,6 +169,41 @@ func freightAliases(freight []*unstructured.Unstructured) map[string]string {
 	return out
 }
 
+var eventsResource = schema.GroupVersionResource{Version: "v1", Resource: "events"}
+
+// stageWarnings selects the Warning Events on Stages: kargo-latch's
+// refusals and gate bypasses, and Kargo's own Warnings.
+func stageWarnings(o *metav1.ListOptions) {
+	o.FieldSelector = "involvedObject.kind=Stage,type=Warning"
+}
+
+// Stage cards show the newest maxWarnings Warnings of the last
+// warningsWindow; a Stage's page shows all its Events.
+const (
+	maxWarnings    = 3
+	warningsWindow = time.Hour
+)
+
+// recentWarnings are the recent Warnings by Stage (project/name), newest
+// first.
+func recentWarnings(events []*unstructured.Unstructured, now time.Time) map[string][]dashboard.Event {
+	out := map[string][]dashboard.Event{}
+	for _, u := range events {
+		e := eventOf(u.Object)
+		if now.Sub(e.Last) > warningsWindow {
+			continue
+		}
+		name, _, _ := unstructured.NestedString(u.Object, "involvedObject", "name")
+		k := dashboard.Key(u.GetNamespace(), name)
+		out[k] = append(out[k], e)
+	}
+	for k, list := range out {
+		sort.SliceStable(list, func(i, j int) bool { return list[i].Last.After(list[j].Last) })
+		out[k] = list[:min(len(list), maxWarnings)]
+	}
+	return out
+}
+
 // pauseView says who made a pause: the operator for a failure's (it alone
 // sets the derived name), else whoever the pausing client named.
 func pauseView(p v1alpha1.StagePause) dashboard.Pause {
@@ -175,106 +217,6 @@ func pauseView(p v1alpha1.StagePause) dashboard.Pause {
 		v.By = "kargo-latch, on the failure"
 	}
 	return v
-}
-
-// actor is the dashboard's pause and resume: the CLI's own, with the
-// user's credentials.
-type actor struct {
-	client dynamic.Interface
-}
-
-func (a *actor) Pause(ctx context.Context, ns, stage, reason, message string) (string, error) {
-	if reason == "" {
-		reason = v1alpha1.ReasonManual
-	}
-	if err := checkReason(reason, true); err != nil {
-		return "", err
-	}
-	if len(message) > maxMessage {
-		return "", fmt.Errorf("the message is %d characters long; a StagePause's message holds at most %d", len(message), maxMessage)
-	}
-	name, err := createPause(ctx, a.client, ns, stage, reason, message)
-	if err != nil {
-		return "", err
-	}
-	what := "Stage " + stage + " is"
-	if stage == v1alpha1.AllStages {
-		what = "every Stage of project " + ns + " is"
-	}
-	return fmt.Sprintf("StagePause %s/%s created: %s paused (reason %s).", ns, name, what, reason), nil
-}
-
-func (a *actor) Resume(ctx context.Context, ns, stage string) (string, error) {
-	done, err := resumePauses(ctx, a.client, ns, stage)
-	if err != nil {
-		return "", err
-	}
-	said := fmt.Sprintf("StagePause %s deleted: ", strings.Join(done.deleted, ", "))
-	switch {
-	case stage == v1alpha1.AllStages:
-		said += "project " + ns + " resumed."
-	case len(done.projectWide) > 0:
-		said += "Stage " + stage + " is still paused by the project-wide StagePause " + strings.Join(done.projectWide, ", ") + "."
-	default:
-		said += "Stage " + stage + " resumed; kargo-latch asks Kargo to re-attempt auto-promotion now. Kargo's own holds, if any, still hold (shown on the Stage)."
-	}
-	return said, nil
-}
-
-var accessReviews = schema.GroupVersionResource{Group: "authorization.k8s.io", Version: "v1", Resource: "selfsubjectaccessreviews"}
-
-// Access asks the API server whether the user may create and delete
-// StagePauses in the project: pausing and resuming.
-func (a *actor) Access(ctx context.Context, ns string) (dashboard.Access, error) {
-	var out dashboard.Access
-	var err error
-	if out.Pause, out.PauseWhy, err = a.may(ctx, ns, "create", "kargo-latch-pauser"); err != nil {
-		return out, err
-	}
-	out.Resume, out.ResumeWhy, err = a.may(ctx, ns, "delete", "kargo-latch-resumer")
-	return out, err
-}
-
-func (a *actor) may(ctx context.Context, ns, verb, role string) (bool, string, error) {
-	review := &unstructured.Unstructured{Object: map[string]any{
-		"apiVersion": "authorization.k8s.io/v1", "kind": "SelfSubjectAccessReview",
-		"spec": map[string]any{"resourceAttributes": map[string]any{
-			"namespace": ns, "verb": verb, "group": v1alpha1.GroupVersion.Group, "resource": "stagepauses"}},
-	}}
-	got, err := a.client.Resource(accessReviews).Create(ctx, review, metav1.CreateOptions{})
-	if err != nil {
-		return false, "", err
-	}
-	allowed, _, _ := unstructured.NestedBool(got.Object, "status", "allowed")
-	if allowed {
-		return true, "", nil
-	}
-	why := fmt.Sprintf("you may not %s stagepauses.kargo-latch.io in project %s (ClusterRole %s, bound in the project, grants it)", verb, ns, role)
-	if reason, _, _ := unstructured.NestedString(got.Object, "status", "reason"); reason != "" {
-		why += "; the API server says: " + reason
-	}
-	return false, why, nil
-}
-
-// maxEvents bounds the Events a Stage's page shows.
-const maxEvents = 50
-
-func (a *actor) Events(ctx context.Context, ns, stage string) ([]dashboard.Event, error) {
-	l, err := a.client.Resource(schema.GroupVersionResource{Version: "v1", Resource: "events"}).Namespace(ns).List(ctx, metav1.ListOptions{
-		FieldSelector: "involvedObject.kind=Stage,involvedObject.name=" + stage,
-	})
-	if err != nil {
-		return nil, err
-	}
-	out := make([]dashboard.Event, 0, len(l.Items))
-	for _, u := range l.Items {
-		out = append(out, eventOf(u.Object))
-	}
-	sort.SliceStable(out, func(i, j int) bool { return out[i].Last.After(out[j].Last) })
-	if len(out) > maxEvents {
-		out = out[:maxEvents]
-	}
-	return out, nil
 }
 
 // eventOf reads an Event: its last time is lastTimestamp, else the newer

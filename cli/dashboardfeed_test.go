@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"testing"
+	"time"
 
 	"github.com/google/go-cmp/cmp"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -39,7 +40,15 @@ func TestDashboardSnapshotIsTheStatusRows(t *testing.T) {
 	manual := feedObject(v1alpha1.StagePausesResource, "StagePause", "p", "prod-x", map[string]any{"spec": map[string]any{"stage": "prod", "message": "INC-1"}})
 	manual.SetAnnotations(map[string]string{v1alpha1.PausedByAnnotation: "dev"})
 	freight := feedObject(kargo.FreightsResource, "Freight", "p", "f1", map[string]any{"alias": "brave-fox"})
-	client := fakeClient(prod, failure, manual, freight)
+	recent := time.Now().Add(-time.Minute).UTC().Format(time.RFC3339)
+	bypass := feedObject(eventsResource, "Event", "p", "prod.1", map[string]any{"type": "Warning", "reason": "GateBypassed",
+		"involvedObject": map[string]any{"kind": "Stage", "name": "prod"}, "lastTimestamp": recent})
+	old := feedObject(eventsResource, "Event", "p", "prod.2", map[string]any{"type": "Warning", "reason": "Old",
+		"involvedObject": map[string]any{"kind": "Stage", "name": "prod"}, "lastTimestamp": "2026-01-01T00:00:00Z"})
+	client := dynamicfake.NewSimpleDynamicClientWithCustomListKinds(runtime.NewScheme(), map[schema.GroupVersionResource]string{
+		kargo.StagesResource: "StageList", kargo.FreightsResource: "FreightList",
+		v1alpha1.StagePausesResource: "StagePauseList", eventsResource: "EventList",
+	}, prod, failure, manual, freight, bypass, old)
 	f := &feed{client: client, only: "p"}
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
@@ -64,6 +73,9 @@ func TestDashboardSnapshotIsTheStatusRows(t *testing.T) {
 	}
 	if d := cmp.Diff(map[string]string{"f1": "brave-fox"}, st.Aliases); d != "" {
 		t.Errorf("aliases (-want +got):\n%s", d)
+	}
+	if len(st.Warnings) != 1 || st.Warnings[0].Reason != "GateBypassed" {
+		t.Errorf("warnings %+v, want the recent GateBypassed alone", st.Warnings)
 	}
 	by := map[string]string{}
 	for _, p := range s.Pauses {

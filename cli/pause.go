@@ -119,8 +119,8 @@ func createPause(ctx context.Context, client dynamic.Interface, ns, stage, reaso
 	}
 	p := &unstructured.Unstructured{Object: map[string]any{
 		"apiVersion": v1alpha1.GroupVersion.String(), "kind": "StagePause",
-		"metadata":   metadata,
-		"spec":       map[string]any{"stage": stage, "reason": reason, "message": message},
+		"metadata": metadata,
+		"spec":     map[string]any{"stage": stage, "reason": reason, "message": message},
 	}}
 	created, err := client.Resource(v1alpha1.StagePausesResource).Namespace(ns).Create(ctx, p, metav1.CreateOptions{})
 	if err != nil {

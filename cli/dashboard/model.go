@@ -36,6 +36,9 @@ type Stage struct {
 	Direct   bool     `json:"direct,omitempty"`
 	// Status is the Stage's row of `kargo-latch status -o json`, as is.
 	Status json.RawMessage `json:"status"`
+	// Warnings are the Stage's recent Warning Events (refusals, gate
+	// bypasses), newest first, where the user may read Events.
+	Warnings []Event `json:"warnings,omitempty"`
 	// Aliases are the current Freight's aliases, by Freight name, where the
 	// user may read Freight.
 	Aliases map[string]string `json:"aliases,omitempty"`

@@ -25,6 +25,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/kargo-latch/kargo-latch/api"
+	"github.com/kargo-latch/kargo-latch/api/v1alpha1"
 	"github.com/kargo-latch/kargo-latch/kargo"
 	"github.com/kargo-latch/kargo-latch/latch"
 	"github.com/kargo-latch/kargo-latch/test/driver"
@@ -335,6 +336,7 @@ func (b *bench) dashboardChanges(ctx context.Context, br *dashBrowser, stages []
 	if err != nil {
 		return changes{}, err
 	}
+	defer pw.stop()
 	offset, rtt, err := br.clockOffset(ctx)
 	if err != nil {
 		return changes{}, err
@@ -353,7 +355,7 @@ func (b *bench) dashboardChanges(ctx context.Context, br *dashBrowser, stages []
 			return c, err
 		}
 		seen := pw.expect(name)
-		created, err := b.dyn.Resource(pausesGVR).Namespace(dashNS).Create(ctx, pauseObject(name, s.Name), metav1.CreateOptions{})
+		created, err := b.dyn.Resource(v1alpha1.StagePausesResource).Namespace(dashNS).Create(ctx, pauseObject(name, s.Name), metav1.CreateOptions{})
 		if err != nil {
 			return c, err
 		}

@@ -59,7 +59,7 @@ func main() {
 	flag.Float64Var(&o.promotionChurn, "promotion-churn", 2, "new Promotions per second during the churn, each queued, run and finished as Kargo does")
 	flag.IntVar(&o.createInFlight, "create-in-flight", 16, "busy Stages given their Promotions at once: enough to keep the apiserver busy, few enough not to bury it")
 	flag.StringVar(&o.operator, "operator", "", "the operator binary to measure instead of bin/kargo-latch: an older build, for figures before and after a change on the same machine")
-	only := flag.String("only", "", "run only these phases after the set-up, comma-separated: reaction, project-wide, memory, shards, verify (all when empty)")
+	only := flag.String("only", "", "run only these phases after the set-up, comma-separated: reaction, project-wide, memory, shards, verify, dashboard (all when empty)")
 	flag.IntVar(&o.shards, "shards", 0, "spread the Stages over shards s0..s(N-1), one operator per shard (--shard sK); 0 runs one unsharded operator")
 	flag.Parse()
 	var err error
@@ -92,7 +92,7 @@ type phase struct {
 
 // phases are the bench's phases, in the order they run.
 var phases = []phase{{"reaction", (*bench).reaction}, {"project-wide", (*bench).projectWide}, {"memory", (*bench).memoryAndColdStart},
-	{"shards", (*bench).writtenByShards}, {"verify", (*bench).verifyOnLatch}}
+	{"shards", (*bench).writtenByShards}, {"verify", (*bench).verifyOnLatch}, {"dashboard", (*bench).dashboard}}
 
 // onlyPhases reads -only: the phases named, comma-separated; nil for all.
 func onlyPhases(list string) (map[string]bool, error) {

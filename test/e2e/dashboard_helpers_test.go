@@ -146,6 +146,9 @@ func newTab(t *testing.T, browserCtx context.Context) *tab {
 	t.Cleanup(func() {
 		// Check's round trip brings in what the page logged so far.
 		err := b.console.Check(b.ctx)
+		if n := len(b.console.Errors()) - len(b.unexpected()); n > 0 {
+			t.Logf("the page logged %d error(s) the test provoked: %q", n, b.console.Errors())
+		}
 		if errs := b.unexpected(); len(errs) > 0 {
 			t.Errorf("the page logged %d error(s):\n  %s", len(errs), strings.Join(errs, "\n  "))
 		} else if err != nil && len(b.console.Errors()) == 0 {
@@ -237,6 +240,15 @@ func (b *tab) waitText(sel, want string) {
 	b.t.Helper()
 	b.waitJS(fmt.Sprintf("%s to say %q", sel, want),
 		fmt.Sprintf(`(document.querySelector(%s)?.textContent ?? "").includes(%s)`, js(sel), js(want)))
+}
+
+// waitBadge waits until a Stage's card says want in its paused badge
+// ("Paused — Incident", "Not paused"), with or without the icon before
+// the words (a character or drawn by the style sheet).
+func (b *tab) waitBadge(ns, stage, want string) {
+	b.t.Helper()
+	b.waitJS(fmt.Sprintf("the card of %s to say %q", stage, want),
+		fmt.Sprintf(`(document.querySelector(%s)?.textContent ?? "").trim().replace(/^[⏸▶]\uFE0F?\s*/u, "") === %s`, js(field(ns, stage, "paused")), js(want)))
 }
 
 // open navigates to the dashboard's url and waits until its live feed is

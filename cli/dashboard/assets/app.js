@@ -212,6 +212,7 @@ function cardHTML(key) {
     </dl>
     ${covering.filter((p) => !p.resuming).length ? `<div class="pauses" data-field="pauses"><h4>Pauses</h4>${covering.filter((p) => !p.resuming).map(pauseHTML).join('')}</div>` : ''}
     ${holdsHTML(st)}
+    ${warningsHTML(s)}
     <div class="actions">${actions.join('')}</div>
   </article>`;
 }
@@ -257,6 +258,12 @@ function holdsHTML(st) {
   return `<div class="holds" data-field="holds"><h4>Kargo's own holds</h4>
     <p>Kargo holds auto-promotion from these origins until someone promotes their newest Freight or resumes auto-promotion in Kargo's UI; resuming here does not end them.</p>
     <ul>${holds.map((h) => `<li>${esc(h.origin)}: ${esc(h.freight)}${h.actor ? ` promoted by ${esc(h.actor)}` : ''}${timeHTML(h.since)}</li>`).join('')}</ul></div>`;
+}
+
+function warningsHTML(s) {
+  if (!s.warnings || !s.warnings.length) return '';
+  return `<div class="warnings" data-field="warnings"><h4>Recent warnings</h4><ul>${s.warnings.map((e) =>
+    `<li><strong>${esc(e.reason)}</strong>${e.count > 1 ? ` ×${e.count}` : ''}${timeHTML(e.last)}<br><small>${esc(e.message)}</small></li>`).join('')}</ul></div>`;
 }
 
 // Times read both ways: "3m ago (14:02:11, 7 Dec)"; refreshTimes keeps the
