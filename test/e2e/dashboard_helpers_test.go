@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"bufio"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -11,21 +12,23 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/chromedp/chromedp"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/rest"
 
+	"github.com/kargo-latch/kargo-latch/api/v1alpha1"
 	"github.com/kargo-latch/kargo-latch/test/browser"
 )
 
-// dashboard is the real `kargo-latch dashboard` (bin/kargo-latch, which
+// dashboardProcess is the real `kargo-latch dashboard` (bin/kargo-latch, which
 // `make build`, and so `make e2e`, writes) serving one project as a person
 // with their own kubeconfig.
-type dashboard struct {
+type dashboardProcess struct {
 	url  string // http://localhost:PORT/, as its first line says
 	port string
 	out  outputBuffer // its stdout after the first line, and its stderr
@@ -34,44 +37,29 @@ type dashboard struct {
 // dashboardReady is the dashboard's first line of stdout.
 var dashboardReady = regexp.MustCompile(`^kargo-latch dashboard: (http://localhost:(\d+)/) \(`)
 
-// firstLine is a process's stdout: it hands the first line over once, and
-// keeps the rest.
-type firstLine struct {
-	rest  *outputBuffer
-	mu    sync.Mutex
-	buf   []byte
-	sent  bool
-	lines chan string
-}
-
-func (f *firstLine) Write(p []byte) (int, error) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	if f.sent {
-		return f.rest.Write(p)
-	}
-	f.buf = append(f.buf, p...)
-	if line, rest, ok := strings.Cut(string(f.buf), "\n"); ok {
-		f.sent = true
-		f.lines <- line
-		_, _ = f.rest.Write([]byte(rest))
-	}
-	return len(p), nil
-}
-
 // startDashboard runs the dashboard for project ns as cfg's user on a free
 // port, and stops it when the test ends (after the test's tabs are closed).
-func startDashboard(t *testing.T, cfg *rest.Config, ns string) *dashboard {
+func startDashboard(t *testing.T, cfg *rest.Config, ns string) *dashboardProcess {
 	t.Helper()
 	bin := filepath.Join(env.cluster.Root, "bin", "kargo-latch")
 	if _, err := os.Stat(bin); err != nil {
 		t.Fatalf("%v: run `make build` (make e2e does) first", err)
 	}
-	d := &dashboard{}
-	stdout := &firstLine{rest: &d.out, lines: make(chan string, 1)}
+	d := &dashboardProcess{}
 	cmd := exec.Command(bin, "dashboard", "--kubeconfig", writeKubeconfig(t, cfg), "-n", ns, "--port", "0")
-	cmd.Stdout, cmd.Stderr = stdout, &d.out
+	stdout, w, err := os.Pipe()
+	must(t, err)
+	cmd.Stdout, cmd.Stderr = w, &d.out
 	must(t, cmd.Start())
+	_ = w.Close()
+	lines := make(chan string, 1)
+	go func() { // the first line, then the rest into d.out
+		r := bufio.NewReader(stdout)
+		line, _ := r.ReadString('\n')
+		lines <- strings.TrimSuffix(line, "\n")
+		_, _ = io.Copy(&d.out, r)
+		_ = stdout.Close()
+	}()
 	exited := make(chan struct{})
 	go func() { _ = cmd.Wait(); close(exited) }()
 	t.Cleanup(func() {
@@ -89,7 +77,7 @@ func startDashboard(t *testing.T, cfg *rest.Config, ns string) *dashboard {
 	})
 	var line string
 	select {
-	case line = <-stdout.lines:
+	case line = <-lines:
 	case <-exited:
 		t.Fatalf("the dashboard exited before serving: %s", d.out.String())
 	case <-time.After(waitLimit):
@@ -97,14 +85,14 @@ func startDashboard(t *testing.T, cfg *rest.Config, ns string) *dashboard {
 	}
 	m := dashboardReady.FindStringSubmatch(line)
 	if m == nil {
-		t.Fatalf("the dashboard's first line %q, want %q", line, dashboardReady)
+		t.Fatalf("the dashboard's first line %q, want %q; then: %s", line, dashboardReady, d.out.String())
 	}
 	d.url, d.port = m[1], m[2]
 	return d
 }
 
 // token reads the page's per-process token from its HTML, as the page does.
-func (d *dashboard) token(t *testing.T) string {
+func (d *dashboardProcess) token(t *testing.T) string {
 	t.Helper()
 	res, err := http.Get(d.url)
 	must(t, err)
@@ -118,14 +106,16 @@ func (d *dashboard) token(t *testing.T) string {
 	return string(m[1])
 }
 
-// newBrowser starts a headless Chromium of the test's own, stopped when the
-// test ends.
-func newBrowser(t *testing.T) context.Context {
+// chromium is a headless Chromium of one test's own.
+type chromium struct{ ctx context.Context }
+
+// newBrowser starts a Chromium, stopped when the test ends.
+func newBrowser(t *testing.T) chromium {
 	t.Helper()
 	ctx, cancel, err := browser.New(context.Background())
 	must(t, err)
 	t.Cleanup(cancel)
-	return ctx
+	return chromium{ctx}
 }
 
 // tab is one browser tab of a test, whose console errors are recorded from
@@ -134,15 +124,14 @@ type tab struct {
 	t       *testing.T
 	ctx     context.Context
 	console *browser.Console
-	// expected are the console errors the test provokes on purpose, by a
-	// part of their text; any other fails the test.
+	// expected: the console errors the test provokes, by part of their text.
 	expected []string
 }
 
 // newTab opens a tab whose console errors fail the test.
-func newTab(t *testing.T, browserCtx context.Context) *tab {
+func (c chromium) newTab(t *testing.T) *tab {
 	t.Helper()
-	b := openTab(t, browserCtx)
+	b := c.openTab(t)
 	t.Cleanup(func() {
 		// Check's round trip brings in what the page logged so far.
 		err := b.console.Check(b.ctx)
@@ -160,9 +149,9 @@ func newTab(t *testing.T, browserCtx context.Context) *tab {
 
 // openTab opens a tab whose console errors are recorded but not checked:
 // another site's page.
-func openTab(t *testing.T, browserCtx context.Context) *tab {
+func (c chromium) openTab(t *testing.T) *tab {
 	t.Helper()
-	ctx, cancel := chromedp.NewContext(browserCtx)
+	ctx, cancel := chromedp.NewContext(c.ctx)
 	t.Cleanup(cancel)
 	must(t, chromedp.Do(ctx)) // opens the tab, without a deadline
 	console, err := browser.CaptureConsole(ctx)
@@ -256,7 +245,14 @@ func (b *tab) waitBadge(ns, stage, want string) {
 func (b *tab) open(url string) {
 	b.t.Helper()
 	b.do(chromedp.Navigate(url))
-	b.waitJS("the live feed to connect", `document.querySelector('#conn[data-state="live"]') && !document.querySelector('main > p:only-child')?.textContent.startsWith('Loading')`)
+	// The page is drawn once the feed is live and its first message drawn:
+	// a script error on the way (a feed that began before every script
+	// had run) is caught by the console check.
+	drawn := func() (bool, error) {
+		return tryJS[bool](b, `Boolean(document.querySelector('#conn[data-state="live"]') && !document.querySelector('main > p:only-child')?.textContent.startsWith('Loading'))`)
+	}
+	err := poll("the live feed to connect and draw the page", drawn)
+	must(b.t, err)
 }
 
 // screenshot writes dist/screenshots/<name>.png.
@@ -288,4 +284,102 @@ func onePause(t *testing.T, ns string) unstructured.Unstructured {
 func spec(p unstructured.Unstructured, name string) string {
 	s, _, _ := unstructured.NestedString(p.Object, "spec", name)
 	return s
+}
+
+// markPaused sets window.__mark and makes the page note in
+// window.__pausedAt (ms since the epoch) when the badge sel first says
+// Paused; it returns window.__pausedAt, 0 while it does not.
+func markPaused(sel string) string {
+	return fmt.Sprintf(`(() => {
+  window.__mark = 1;
+  window.__pausedAt = 0;
+  const check = () => {
+    const text = document.querySelector(%s)?.textContent ?? "";
+    if (!window.__pausedAt && /^\W*Paused/u.test(text.trim())) window.__pausedAt = Date.now();
+  };
+  new MutationObserver(check).observe(document.getElementById("main"), { childList: true, subtree: true, characterData: true });
+  check();
+  return window.__pausedAt;
+})()`, js(sel))
+}
+
+// firstPauseAppears watches the project's StagePauses and sends when the
+// first one appears in the API.
+func firstPauseAppears(t *testing.T, ns string) <-chan time.Time {
+	t.Helper()
+	wctx, cancel := context.WithCancel(ctx)
+	w, err := env.dyn.Resource(v1alpha1.StagePausesResource).Namespace(ns).Watch(wctx, metav1.ListOptions{})
+	must(t, err)
+	appeared := make(chan time.Time, 1)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for e := range w.ResultChan() {
+			if e.Type == watch.Added {
+				appeared <- time.Now()
+				return
+			}
+		}
+	}()
+	t.Cleanup(func() { cancel(); w.Stop(); <-done })
+	return appeared
+}
+
+// focused reports whether the focus is on the element sel matches.
+func (b *tab) focused(sel string) bool {
+	b.t.Helper()
+	return evalJS[bool](b, fmt.Sprintf(`document.activeElement?.matches(%s) ?? false`, js(sel)))
+}
+
+// tooWide says how the page is wider than the screen, or "" when it
+// scrolls only down.
+func (b *tab) tooWide() string {
+	b.t.Helper()
+	// clientWidth is the layout viewport's; a phone's browser zooms out
+	// to show a wider page, and then innerWidth grows with it.
+	w := evalJS[[]int](b, `[document.documentElement.scrollWidth, document.documentElement.clientWidth]`)
+	if w[0] <= w[1] {
+		return ""
+	}
+	wide := evalJS[[]string](b, `[...document.querySelectorAll("main *")].filter((e) => e.getBoundingClientRect().right > document.documentElement.clientWidth + 1)
+  .slice(-4).map((e) => e.tagName + " " + Math.round(e.getBoundingClientRect().width) + "px: " + e.textContent.trim().slice(0, 50))`)
+	return fmt.Sprintf("%dpx wide on a %dpx screen; wider than the screen: %q", w[0], w[1], wide)
+}
+
+// postAction posts a pause or resume body to the dashboard with the
+// headers given, to host (the URL's when ""), and returns the status.
+func postAction(t *testing.T, url, host string, headers map[string]string, body string) int {
+	t.Helper()
+	req, err := http.NewRequest(http.MethodPost, url, strings.NewReader(body))
+	must(t, err)
+	req.Header.Set("Content-Type", "application/json")
+	for k, v := range headers {
+		req.Header.Set(k, v)
+	}
+	if host != "" {
+		req.Host = host
+	}
+	res, err := http.DefaultClient.Do(req)
+	must(t, err)
+	_, _ = io.Copy(io.Discard, res.Body)
+	_ = res.Body.Close()
+	return res.StatusCode
+}
+
+// evilSite is another site on loopback whose page, once loaded, posts a
+// pause to the dashboard's action as a page may without CORS (no-cors, no
+// custom header), and says how its fetch ended in body[data-outcome].
+func evilSite(action string) http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /{$}", func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "text/html; charset=utf-8")
+		fmt.Fprint(w, `<!doctype html><html><head><title>elsewhere</title><script src="/evil.js" defer></script></head><body>A page elsewhere.</body></html>`)
+	})
+	mux.HandleFunc("GET /evil.js", func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "text/javascript")
+		fmt.Fprintf(w, `fetch(%s, {method: 'POST', mode: 'no-cors', body: '{"stage":"prod","reason":"Incident"}'})
+  .then((r) => { document.body.dataset.outcome = r.type; }, (e) => { document.body.dataset.outcome = 'error: ' + e; });`, js(action))
+	})
+	mux.HandleFunc("GET /favicon.ico", func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(http.StatusNoContent) })
+	return mux
 }

@@ -3,14 +3,22 @@ package e2e
 import (
 	"errors"
 	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"slices"
 	"strings"
 	"testing"
-
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"time"
 
 	"github.com/chromedp/chromedp"
+	"github.com/chromedp/chromedp/kb"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 
+	"github.com/kargo-latch/kargo-latch/api"
 	"github.com/kargo-latch/kargo-latch/api/v1alpha1"
+	"github.com/kargo-latch/kargo-latch/cli/dashboard"
+	"github.com/kargo-latch/kargo-latch/kargo"
+	"github.com/kargo-latch/kargo-latch/test/browser"
 )
 
 // A pauser pauses a Stage from the page: Pause, a reason and a message,
@@ -21,7 +29,7 @@ func TestDashboardPauserPausesByClicking(t *testing.T) {
 	ns := env.newProject(t)
 	env.createStage(t, ns, "prod", nil)
 	d := startDashboard(t, env.cluster.UserConfig(devToken), ns)
-	page := newTab(t, newBrowser(t))
+	page := newBrowser(t).newTab(t)
 	page.open(d.url)
 	page.waitBadge(ns, "prod", "Not paused")
 
@@ -63,7 +71,7 @@ func TestDashboardPauserCannotResume(t *testing.T) {
 	env.createStage(t, ns, "prod", nil)
 	must(t, createPause(env.dev, pause(ns, "dev-pause", "prod", "Incident")))
 	d := startDashboard(t, env.cluster.UserConfig(devToken), ns)
-	page := newTab(t, newBrowser(t))
+	page := newBrowser(t).newTab(t)
 	page.open(d.url)
 	page.waitBadge(ns, "prod", "Paused — Incident")
 
@@ -114,10 +122,12 @@ func TestDashboardResumerResumesAndHoldsStay(t *testing.T) {
 	rollback := rollBack(t, prod, good)
 
 	d := startDashboard(t, env.cluster.UserConfig(resumerToken), ns)
-	page := newTab(t, newBrowser(t))
+	page := newBrowser(t).newTab(t)
 	page.open(d.url)
 	page.waitBadge(ns, "prod", "Paused — Incident")
-	page.waitText(field(ns, "prod", "holds"), "Warehouse/warehouse: "+good+" promoted by kubernetes:dev")
+	for _, part := range []string{"Warehouse/warehouse", good[:12], "kubernetes:dev"} {
+		page.waitText(field(ns, "prod", "holds"), part)
+	}
 
 	page.do(chromedp.Click(chromedp.CSS(card(ns, "prod") + ` button[data-action="resume"]`)))
 	page.waitBadge(ns, "prod", "Not paused")
@@ -125,11 +135,259 @@ func TestDashboardResumerResumesAndHoldsStay(t *testing.T) {
 	if n := len(env.listPauses(t, ns)); n != 0 {
 		t.Errorf("%d StagePauses after the resume, want 0", n)
 	}
-	if holds := page.text(field(ns, "prod", "holds")); !strings.Contains(holds, "Warehouse/warehouse: "+good) {
+	if holds := page.text(field(ns, "prod", "holds")); !strings.Contains(holds, "Warehouse/warehouse") || !strings.Contains(holds, good[:12]) {
 		t.Errorf("after the resume the card's holds say %q, want Kargo's hold of %s (promotion %s)", holds, good, rollback)
 	}
 	if n := evalJS[int](page, fmt.Sprintf(`document.querySelectorAll(%s).length`, js(field(ns, "prod", "pauses")+" [data-pause]"))); n != 0 {
 		t.Errorf("the card still shows %d pauses", n)
 	}
 	page.screenshot("dashboard-resumer-resumes")
+}
+
+// A failure's pause, made by the operator while the page is open, shows on
+// the card within 2 s of the StagePause appearing in the API, without a
+// reload.
+func TestDashboardShowsAFailurePauseLive(t *testing.T) {
+	t.Parallel()
+	ns := env.newProject(t)
+	startOperator(t, ns, fastSettings())
+	prod := env.createStage(t, ns, "prod", map[string]string{api.PauseOnFailureAnnotation: "true", api.DegradedGraceAnnotation: "1s"})
+	promoteAndLatch(t, prod)
+	d := startDashboard(t, env.cluster.UserConfig(resumerToken), ns)
+	page := newBrowser(t).newTab(t)
+	page.open(d.url)
+	page.waitText(field(ns, "prod", "phase"), "Latched")
+	page.waitBadge(ns, "prod", "Not paused")
+
+	// The page notes when the card first says Paused; a reload would lose
+	// window.__mark.
+	if at := evalJS[float64](page, markPaused(field(ns, "prod", "paused"))); at != 0 {
+		t.Fatalf("the card says Paused before the failure (at %v)", at)
+	}
+	appeared := firstPauseAppears(t, ns)
+	must(t, prod.SetHealth(ctx, kargo.HealthUnhealthy, `Argo CD Application "app" in namespace "argocd" has health state "Degraded"`))
+	var created time.Time
+	select {
+	case created = <-appeared:
+	case <-time.After(time.Minute):
+		t.Fatal("no StagePause within a minute of the Stage degrading past its 1s grace")
+	}
+	page.waitJS("the card to say Paused", `window.__pausedAt > 0`)
+	latency := time.UnixMilli(int64(evalJS[float64](page, `window.__pausedAt`))).Sub(created)
+	// Negative when the page's watch got the pause before the test's did.
+	t.Logf("the failure's pause appeared on the page %v after it appeared in the API", latency)
+	if latency >= 2*time.Second {
+		t.Errorf("the failure's pause took %v to appear on the page, want < 2s", latency)
+	}
+	if mark := evalJS[int](page, `window.__mark ?? 0`); mark != 1 {
+		t.Errorf("window.__mark = %d after the pause: the page reloaded", mark)
+	}
+	p := onePause(t, ns)
+	page.waitBadge(ns, "prod", "Paused — "+spec(p, "reason"))
+	page.waitText(field(ns, "prod", "pauses")+` [data-pause="`+ns+"/"+p.GetName()+`"]`, "by kargo-latch, on the failure")
+	page.screenshot("dashboard-failure-pause-live")
+}
+
+// The lead pauses a whole project with the big red button, typing the
+// project's name, and resumes it.
+func TestDashboardProjectPauseAndResume(t *testing.T) {
+	t.Parallel()
+	ns := env.newProject(t)
+	stages := []string{"qa", "prod"}
+	env.createStage(t, ns, "qa", nil)
+	env.createStage(t, ns, "prod", nil)
+	d := startDashboard(t, env.cluster.UserConfig(leadToken), ns)
+	page := newBrowser(t).newTab(t)
+	page.open(d.url)
+	head := fmt.Sprintf(`[data-project-head="%s"]`, ns)
+	page.do(chromedp.Click(chromedp.CSS(head + ` button.danger.big[data-action="pause-project"]`)))
+	page.waitJS("the project dialog to open", `document.getElementById("project-dialog").open`)
+
+	confirm := `#project-dialog button[data-action="confirm-pause-project"]`
+	confirmDisabled := fmt.Sprintf(`document.querySelector(%s).disabled`, js(confirm))
+	page.do(chromedp.SendKeys(chromedp.ID("project-confirm"), ns[:len(ns)-1]))
+	if !evalJS[bool](page, confirmDisabled) {
+		t.Errorf("the confirm button is enabled with %q typed, not the project's name", ns[:len(ns)-1])
+	}
+	page.do(chromedp.SendKeys(chromedp.ID("project-confirm"), ns[len(ns)-1:]))
+	page.waitJS("the confirm button to enable on the project's name", "!"+confirmDisabled)
+	page.do(
+		chromedp.SendKeys(chromedp.ID("project-message"), "Freeze for the release"),
+		chromedp.Click(chromedp.CSS(confirm)),
+	)
+	page.waitJS("the project's banner", fmt.Sprintf(`document.querySelector('[data-project-pause="%s"]')`, ns))
+	for _, s := range stages {
+		page.waitBadge(ns, s, "Paused — ProjectPause")
+	}
+	p := onePause(t, ns)
+	if spec(p, "stage") != v1alpha1.AllStages || spec(p, "message") != "Freeze for the release" || p.GetAnnotations()[v1alpha1.PausedByAnnotation] != "lead" {
+		t.Errorf("StagePause spec %v, annotations %v; want the whole project, the message, by lead", p.Object["spec"], p.GetAnnotations())
+	}
+	page.screenshot("dashboard-project-paused")
+
+	page.do(chromedp.Click(chromedp.CSS(head + ` button[data-action="resume-project"]`)))
+	page.waitJS("the banner to go", fmt.Sprintf(`!document.querySelector('[data-project-pause="%s"]')`, ns))
+	for _, s := range stages {
+		page.waitBadge(ns, s, "Not paused")
+	}
+	if n := len(env.listPauses(t, ns)); n != 0 {
+		t.Errorf("%d StagePauses after resuming the project, want 0", n)
+	}
+	page.screenshot("dashboard-project-resumed")
+}
+
+// The page answers only to its own Host, and changes nothing for a request
+// from another origin or without its token.
+func TestDashboardGuards(t *testing.T) {
+	t.Parallel()
+	ns := env.newProject(t)
+	env.createStage(t, ns, "prod", nil)
+	d := startDashboard(t, env.cluster.UserConfig(devToken), ns)
+	token := d.token(t)
+	// Another site on loopback, open in the same browser as the page.
+	evil := httptest.NewServer(evilSite(d.url + "api/projects/" + ns + "/pause"))
+	t.Cleanup(evil.Close)
+
+	body := `{"stage":"prod","reason":"Incident","message":"from elsewhere"}`
+	for _, c := range []struct {
+		what    string
+		host    string
+		headers map[string]string
+		want    int
+	}{
+		{"another Host (DNS rebinding)", "evil.example:" + d.port, map[string]string{dashboard.TokenHeader: token}, http.StatusMisdirectedRequest},
+		{"another Origin, with the token", "", map[string]string{dashboard.TokenHeader: token, "Origin": "http://evil.example"}, http.StatusForbidden},
+		{"no token", "", nil, http.StatusForbidden},
+		{"cross-site, with the token", "", map[string]string{dashboard.TokenHeader: token, "Sec-Fetch-Site": "cross-site"}, http.StatusForbidden},
+		// What the browser sends for the other site's fetch below.
+		{"the other site's no-cors fetch", "", map[string]string{"Origin": evil.URL, "Sec-Fetch-Site": "cross-site", "Sec-Fetch-Mode": "no-cors"}, http.StatusForbidden},
+	} {
+		if got := postAction(t, d.url+"api/projects/"+ns+"/pause", c.host, c.headers, body); got != c.want {
+			t.Errorf("%s: %d, want %d", c.what, got, c.want)
+		}
+	}
+	if n := len(env.listPauses(t, ns)); n != 0 {
+		t.Fatalf("%d StagePauses after the refused requests, want 0", n)
+	}
+
+	// In the browser: the page is open, and another site posts to it, as a
+	// page may without CORS (no-cors, no header of its own, text/plain).
+	// The browser hides the answer from that site, so this check rests on
+	// the requests above: they carried what the browser sends for this one
+	// (the other site's Origin, Sec-Fetch-Site cross-site, no token; the
+	// guard reads no body) and were answered 403, so the server refuses it
+	// on the same grounds. The fetch resolving as opaque says a server
+	// answered it, and the browser's own log says with what.
+	chrome := newBrowser(t)
+	page := chrome.newTab(t)
+	page.open(d.url)
+	page.waitBadge(ns, "prod", "Not paused")
+	other := chrome.openTab(t)
+	other.do(chromedp.Navigate(evil.URL))
+	other.waitJS("the other site's fetch to end", `document.body.dataset.outcome`)
+	if outcome := evalJS[string](other, `document.body.dataset.outcome`); outcome != "opaque" {
+		t.Errorf("the other site's fetch: %s, want an opaque answer", outcome)
+	}
+	must(t, poll("the browser to log the answer to the other site", func() (bool, error) {
+		return slices.ContainsFunc(other.console.Errors(), func(e string) bool {
+			return strings.Contains(e, "status of 403") && strings.Contains(e, "/api/projects/"+ns+"/pause")
+		}), nil
+	}))
+	if n := len(env.listPauses(t, ns)); n != 0 {
+		t.Errorf("%d StagePauses after the other site's fetch, want 0", n)
+	}
+
+	// The same request as the page's own: it pauses, so the refusals above
+	// were the guards'.
+	if got := postAction(t, d.url+"api/projects/"+ns+"/pause", "", map[string]string{dashboard.TokenHeader: token, "Origin": strings.TrimSuffix(d.url, "/")}, body); got != http.StatusOK {
+		t.Fatalf("the page's own request: %d, want 200", got)
+	}
+	page.waitBadge(ns, "prod", "Paused — Incident")
+	page.screenshot("dashboard-guards")
+}
+
+// Keyboard only: Tab to the Stage's Pause, Enter, type, Enter.
+func TestDashboardKeyboardOnly(t *testing.T) {
+	t.Parallel()
+	ns := env.newProject(t)
+	env.createStage(t, ns, "prod", nil)
+	d := startDashboard(t, env.cluster.UserConfig(devToken), ns)
+	page := newBrowser(t).newTab(t)
+	page.open(d.url)
+	page.waitBadge(ns, "prod", "Not paused")
+
+	pauseButton := card(ns, "prod") + ` button[data-action="pause"]`
+	presses := 0
+	for !page.focused(pauseButton) {
+		if presses++; presses > 30 {
+			t.Fatalf("30 Tab presses never reached the Stage's Pause; the focus is on %s", evalJS[string](page, `document.activeElement?.outerHTML ?? ""`))
+		}
+		page.do(chromedp.KeyEvent(kb.Tab))
+	}
+	t.Logf("%d Tab presses to the Stage's Pause", presses)
+	page.do(chromedp.KeyEvent(kb.Enter))
+	page.waitJS("the pause dialog to open", `document.getElementById("pause-dialog").open`)
+	if !page.focused("#pause-reason") {
+		t.Fatalf("the dialog opened with the focus on %s, want the reason", evalJS[string](page, `document.activeElement?.outerHTML ?? ""`))
+	}
+	page.do(chromedp.KeyEvent("Incident"), chromedp.KeyEvent(kb.Tab)) // Incident over the selected default
+	if !page.focused("#pause-message") {
+		t.Fatal("Tab from the reason did not reach the message")
+	}
+	page.do(chromedp.KeyEvent("INC-7 by keyboard"))
+	page.do(chromedp.KeyEvent(kb.Tab, chromedp.KeyModifiers(chromedp.ModifierShift)))
+	if got := evalJS[string](page, `document.activeElement.value`); !page.focused("#pause-reason") || got != "Incident" {
+		t.Fatalf("back on the reason: focus there %v, value %q; want Incident", page.focused("#pause-reason"), got)
+	}
+	page.do(chromedp.KeyEvent(kb.Enter))
+	page.waitJS("the dialog to close on the pause", `!document.getElementById("pause-dialog").open`)
+	page.waitBadge(ns, "prod", "Paused — Incident")
+	p := onePause(t, ns)
+	if spec(p, "reason") != "Incident" || spec(p, "message") != "INC-7 by keyboard" {
+		t.Errorf("StagePause spec %v, want what was typed", p.Object["spec"])
+	}
+	page.screenshot("dashboard-keyboard")
+
+	// The keyboard goes on from the Stage's card, whose Pause became a
+	// Resume: not from <body>, where the focus falls if the card is redrawn
+	// after the dialog gave the focus back to the Pause button.
+	if !evalJS[bool](page, fmt.Sprintf(`document.querySelector(%s)?.contains(document.activeElement) ?? false`, js(card(ns, "prod")))) {
+		t.Errorf("after the pause the focus is on %s, want the Stage's card", evalJS[string](page, `document.activeElement?.outerHTML ?? ""`))
+	}
+}
+
+// On a phone: the page and the Stage's page, with its Events and timeline,
+// fit the screen.
+func TestDashboardOnAPhone(t *testing.T) {
+	t.Parallel()
+	ns := env.newProject(t)
+	startOperator(t, ns, fastSettings())
+	prod := env.createStage(t, ns, "prod", nil)
+	env.createStage(t, ns, "qa", nil)
+	promoteAndLatch(t, prod)
+	waitEvent(t, prod, api.ReasonHealthLatched)
+	must(t, createPause(env.dev, pause(ns, "incident", "prod", "Incident")))
+	d := startDashboard(t, env.cluster.UserConfig(resumerToken), ns)
+	page := newBrowser(t).newTab(t)
+	page.do(browser.Phone())
+	page.open(d.url)
+	page.waitBadge(ns, "prod", "Paused — Incident")
+	if wide := page.tooWide(); wide != "" {
+		t.Errorf("the page does not fit a phone: %s", wide)
+	}
+	page.screenshot("dashboard-phone")
+
+	page.open(d.url + "projects/" + ns + "/stages/prod")
+	page.waitJS("the Stage's Events", `document.querySelectorAll("#events table tbody tr").length > 0`)
+	if events := page.text("#events"); !strings.Contains(events, api.ReasonHealthLatched) {
+		t.Errorf("the Stage's Events %q lack %s", events, api.ReasonHealthLatched)
+	}
+	page.waitJS("the timeline", `document.querySelectorAll(".timeline li:not(.empty)").length > 0`)
+	if timeline := page.text(".timeline"); !strings.Contains(timeline, "Latched") || !strings.Contains(timeline, "Paused: Incident") {
+		t.Errorf("the timeline %q, want the latch and the pause", timeline)
+	}
+	page.screenshot("dashboard-phone-stage")
+	if wide := page.tooWide(); wide != "" { // a promotion's name in an Event's message is one long word
+		t.Errorf("the Stage's page does not fit a phone: %s", wide)
+	}
 }

@@ -97,7 +97,9 @@ function replace(selector, html) {
   tpl.innerHTML = html;
   const el = tpl.content.firstElementChild;
   old.replaceWith(el);
-  if (focused) el.querySelector(`[data-focus="${cssEsc(focused)}"]`)?.focus();
+  // The control may be gone (Pause became Resume): the card's action
+  // then takes the focus, so a keyboard user stays where they were.
+  if (focused) (el.querySelector(`[data-focus="${cssEsc(focused)}"]`) || el.querySelector('.actions button:not(:disabled)') || el.querySelector('a[href]'))?.focus();
 }
 
 // projectsOf groups the Stages by project and lays each project out as its
@@ -307,5 +309,6 @@ function say(text, kind) {
 }
 
 window.kargoLatch = { state, render, say, timeText, esc, url, cardHTML, button, projectHeadHTML, timeHTML, pauseHTML, main };
-connect();
+// The feed starts once every script has run (stage.js draws Stage pages).
+document.addEventListener('DOMContentLoaded', connect, { once: true });
 setInterval(refreshTimes, 5000);
