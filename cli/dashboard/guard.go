@@ -27,7 +27,7 @@ import (
 //     server itself (Content-Security-Policy).
 
 // TokenHeader carries the per-process token of a state-changing request.
-const TokenHeader = "X-Kargo-Latch-Token"
+const TokenHeader = "X-Kargo-Latch-Token" //nolint:gosec // a header's name, not a credential
 
 // contentSecurityPolicy lets the page load its own script and styles and
 // talk to its own server, and nothing else: no inline script, no frames,

@@ -9,8 +9,8 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 )
 
-func stage(project, name, phase string) Stage {
-	return Stage{Project: project, Name: name, Status: json.RawMessage(`{"phase":"` + phase + `"}`)}
+func stage(name, phase string) Stage {
+	return Stage{Project: "p", Name: name, Status: json.RawMessage(`{"phase":"` + phase + `"}`)}
 }
 
 func keys(m map[string]json.RawMessage) map[string]string {
@@ -32,7 +32,7 @@ func TestHubSendsOnlyWhatChanged(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	must(h.update(Snapshot{Stages: []Stage{stage("p", "a", "Idle"), stage("p", "b", "Idle")}}))
+	must(h.update(Snapshot{Stages: []Stage{stage("a", "Idle"), stage("b", "Idle")}}))
 	var v view
 	m, _ := h.next(&v, now)
 	if m == nil || !m.Full || len(m.Stages) != 2 {
@@ -41,7 +41,7 @@ func TestHubSendsOnlyWhatChanged(t *testing.T) {
 	if m, _ := h.next(&v, now); m != nil {
 		t.Fatalf("nothing changed, yet %+v", m)
 	}
-	must(h.update(Snapshot{Stages: []Stage{stage("p", "a", "Idle"), stage("p", "b", "Latched")}}))
+	must(h.update(Snapshot{Stages: []Stage{stage("a", "Idle"), stage("b", "Latched")}}))
 	m, wake := h.next(&v, now)
 	if m == nil || m.Full {
 		t.Fatalf("message %+v, want a diff", m)
@@ -50,7 +50,7 @@ func TestHubSendsOnlyWhatChanged(t *testing.T) {
 	if d := cmp.Diff(want, keys(m.Stages)); d != "" {
 		t.Errorf("diff (-want +got):\n%s", d)
 	}
-	must(h.update(Snapshot{Stages: []Stage{stage("p", "a", "Idle")}}))
+	must(h.update(Snapshot{Stages: []Stage{stage("a", "Idle")}}))
 	select {
 	case <-wake:
 	default:
@@ -60,7 +60,7 @@ func TestHubSendsOnlyWhatChanged(t *testing.T) {
 	if d := cmp.Diff(map[string]string{"p/b": "null"}, keys(m.Stages)); d != "" {
 		t.Errorf("removal (-want +got):\n%s", d)
 	}
-	must(h.update(Snapshot{Stages: []Stage{stage("p", "a", "Idle")}}))
+	must(h.update(Snapshot{Stages: []Stage{stage("a", "Idle")}}))
 	select {
 	case <-wake:
 		t.Fatal("the same state woke the page")

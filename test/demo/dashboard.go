@@ -40,6 +40,7 @@ func (d *demo) runDashboard(port string) (*dashboard, error) {
 	if err != nil {
 		return nil, err
 	}
+	//nolint:gosec // the demo runs its own build of kargo-latch, with its own arguments
 	cmd := exec.Command(filepath.Join(d.cluster.Root, "bin", "kargo-latch"), "dashboard",
 		"--kubeconfig", d.leadKubeconfig, "-n", project, "--port", port)
 	cmd.Stderr = log
