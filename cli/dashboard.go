@@ -12,6 +12,13 @@ import (
 	"github.com/kargo-latch/kargo-latch/cli/dashboard"
 )
 
+// The dashboard's client rate: with many projects it starts four watches
+// and asks two access reviews in each.
+const (
+	dashboardQPS   = 50
+	dashboardBurst = 100
+)
+
 type dashboardOptions struct {
 	address string
 	port    int
@@ -59,6 +66,7 @@ func (o *dashboardOptions) run(ctx context.Context, kube *kubeFlags, out io.Writ
 	if o.port < 0 || o.port > 65535 {
 		return usageErrorf("--port %d is not a port", o.port)
 	}
+	kube.qps, kube.burst = dashboardQPS, dashboardBurst
 	client, ns, err := kube.client()
 	if err != nil {
 		return err

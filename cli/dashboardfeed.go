@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"slices"
 	"sort"
 	"time"
 
@@ -15,6 +16,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/dynamic"
 
+	"github.com/kargo-latch/kargo-latch/api"
 	"github.com/kargo-latch/kargo-latch/api/v1alpha1"
 	"github.com/kargo-latch/kargo-latch/cli/dashboard"
 	"github.com/kargo-latch/kargo-latch/kargo"
@@ -35,18 +37,27 @@ type feed struct {
 	fallback string
 
 	stages, pauses, freight, warnings []*source
-	problems                          map[string]string
+	// problems are those found at start, by project; health adds the
+	// watches failing now.
+	problems map[string]string
+	health   *readHealth
+	// noPauses are the namespaces whose pauses could not be read at start.
+	noPauses []string
 }
 
 // watch starts the watches and returns the snapshot the page shows.
 func (f *feed) watch(ctx context.Context, changed chan<- struct{}) (func() dashboard.Snapshot, error) {
 	f.problems = map[string]string{}
+	f.health = newReadHealth(changed)
 	namespaces, err := f.projects(ctx)
 	if err != nil {
 		return nil, err
 	}
+	spec := func(gvr schema.GroupVersionResource, ns string) sourceSpec {
+		return sourceSpec{client: f.client, gvr: gvr, ns: ns, changed: changed, heard: f.health.hearing(gvr.Resource, ns)}
+	}
 	for _, ns := range namespaces {
-		stages, err := watchSource(ctx, sourceSpec{client: f.client, gvr: kargo.StagesResource, ns: ns, changed: changed})
+		stages, err := watchSource(ctx, spec(kargo.StagesResource, ns))
 		if err != nil {
 			if len(namespaces) == 1 {
 				return nil, explainRead(err, "stages", ns)
@@ -55,22 +66,32 @@ func (f *feed) watch(ctx context.Context, changed chan<- struct{}) (func() dashb
 			continue
 		}
 		f.stages = append(f.stages, stages)
-		if pauses, err := watchSource(ctx, sourceSpec{client: f.client, gvr: v1alpha1.StagePausesResource, ns: ns, changed: changed}); err != nil {
-			f.problems[ns] = "The page cannot show pauses: " + explainRead(err, "stagepauses.kargo-latch.io", ns).Error()
+		if pauses, err := watchSource(ctx, spec(v1alpha1.StagePausesResource, ns)); err != nil {
+			f.problems[ns] = "The page cannot show pauses (a Stage's own label says whether it is paused): " +
+				explainRead(err, "stagepauses.kargo-latch.io", ns).Error()
+			f.noPauses = append(f.noPauses, ns)
 		} else {
 			f.pauses = append(f.pauses, pauses)
 		}
 		// Freight gives aliases only: without the right, names do. The
 		// Stages' Warnings (refusals, gate bypasses) are shown where the
 		// user may read Events.
-		if freight, err := watchSource(ctx, sourceSpec{client: f.client, gvr: kargo.FreightsResource, ns: ns, changed: changed}); err == nil {
+		if freight, err := watchSource(ctx, spec(kargo.FreightsResource, ns)); err == nil {
 			f.freight = append(f.freight, freight)
 		}
-		if warnings, err := watchSource(ctx, sourceSpec{client: f.client, gvr: eventsResource, ns: ns, tweak: stageWarnings, changed: changed}); err == nil {
-			f.warnings = append(f.warnings, warnings)
+		warnings := spec(eventsResource, ns)
+		warnings.tweak = stageWarnings
+		if events, err := watchSource(ctx, warnings); err == nil {
+			f.warnings = append(f.warnings, events)
 		}
 	}
 	return f.snapshot, nil
+}
+
+// pausesUnknown reports whether the pauses of ns cannot be read now.
+func (f *feed) pausesUnknown(ns string) bool {
+	return slices.Contains(f.noPauses, ns) || slices.Contains(f.noPauses, metav1.NamespaceAll) ||
+		f.health.failingIn(v1alpha1.StagePausesResource.Resource, ns)
 }
 
 // projects are the namespaces to watch: -n's; else all at once where the
@@ -80,7 +101,12 @@ func (f *feed) projects(ctx context.Context) ([]string, error) {
 	if f.only != "" {
 		return []string{f.only}, nil
 	}
+	// Everywhere at once only where both Stages and their pauses may be
+	// listed everywhere: people are often bound per project for pauses.
 	_, err := f.client.Resource(kargo.StagesResource).List(ctx, metav1.ListOptions{Limit: 1})
+	if err == nil {
+		_, err = f.client.Resource(v1alpha1.StagePausesResource).List(ctx, metav1.ListOptions{Limit: 1})
+	}
 	if err == nil {
 		return []string{metav1.NamespaceAll}, nil
 	}
@@ -106,8 +132,12 @@ func (f *feed) projects(ctx context.Context) ([]string, error) {
 }
 
 func explainRead(err error, resource, ns string) error {
+	where := "in project " + ns
+	if ns == metav1.NamespaceAll {
+		where = "in every project"
+	}
 	if apierrors.IsForbidden(err) {
-		return fmt.Errorf("you may not list %s in project %s: %s", resource, ns, apiMessage(err))
+		return fmt.Errorf("you may not list %s %s: %s", resource, where, apiMessage(err))
 	}
 	return err
 }
@@ -129,8 +159,15 @@ func (f *feed) snapshot() dashboard.Snapshot {
 	}
 	aliases := freightAliases(objectsOf(f.freight))
 	warnings := recentWarnings(objectsOf(f.warnings), time.Now())
-	s := dashboard.Snapshot{Problems: f.problems}
+	s := dashboard.Snapshot{Problems: f.health.problems(f.problems)}
+	// The operator's pauses are those a Stage's record names as its
+	// failure's: pausers cannot write Stages, so the credit cannot be
+	// forged (the derived-name annotation can).
+	byOperator := map[string]bool{}
 	for _, r := range rows(stageObjects, pauses) {
+		if r.Record != nil && r.Record.Failure != nil && r.Record.Failure.Pause != "" {
+			byOperator[dashboard.Key(r.Project, r.Record.Failure.Pause)] = true
+		}
 		b, err := json.Marshal(r)
 		if err != nil {
 			continue // a row is plain data: never
@@ -138,6 +175,10 @@ func (f *feed) snapshot() dashboard.Snapshot {
 		st := dashboard.Stage{Project: r.Project, Name: r.Stage, Status: b}
 		st.Upstream, st.Direct = dashboard.UpstreamOf(byKey[dashboard.Key(r.Project, r.Stage)])
 		st.Warnings = warnings[dashboard.Key(r.Project, r.Stage)]
+		if f.pausesUnknown(r.Project) {
+			st.PausesUnknown = true
+			st.LabelPaused = byKey[dashboard.Key(r.Project, r.Stage)].GetLabels()[api.PausedLabel] == "true"
+		}
 		for _, name := range r.Freight {
 			if a := aliases[dashboard.Key(r.Project, name)]; a != "" {
 				if st.Aliases == nil {
@@ -149,7 +190,7 @@ func (f *feed) snapshot() dashboard.Snapshot {
 		s.Stages = append(s.Stages, st)
 	}
 	for _, p := range pauses {
-		s.Pauses = append(s.Pauses, pauseView(p))
+		s.Pauses = append(s.Pauses, pauseView(p, byOperator[dashboard.Key(p.Namespace, p.Name)]))
 	}
 	return s
 }
@@ -204,17 +245,14 @@ func recentWarnings(events []*unstructured.Unstructured, now time.Time) map[stri
 	return out
 }
 
-// pauseView says who made a pause: the operator for a failure's (it alone
-// sets the derived name), else whoever the pausing client named.
-func pauseView(p v1alpha1.StagePause) dashboard.Pause {
+// pauseView says who made a pause: the operator, for the pause a Stage's
+// record names as its failure's; else whoever the pausing client named.
+func pauseView(p v1alpha1.StagePause, byOperator bool) dashboard.Pause {
 	v := dashboard.Pause{Project: p.Namespace, Name: p.Name, Stage: p.Spec.Stage, Reason: p.EffectiveReason(),
 		Message: p.Spec.Message, Since: p.CreationTimestamp.Time, Drained: p.Status.Drained,
-		Resuming: p.DeletionTimestamp != nil, By: p.Annotations[v1alpha1.PausedByAnnotation]}
+		Resuming: p.DeletionTimestamp != nil, ClaimedBy: p.Annotations[v1alpha1.PausedByAnnotation], ByOperator: byOperator}
 	if p.Status.Since != nil {
 		v.Since = p.Status.Since.Time
-	}
-	if _, ok := p.Annotations[v1alpha1.DerivedNameAnnotation]; ok {
-		v.By = "kargo-latch, on the failure"
 	}
 	return v
 }

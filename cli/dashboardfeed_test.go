@@ -8,14 +8,17 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	dynamicfake "k8s.io/client-go/dynamic/fake"
 	k8stesting "k8s.io/client-go/testing"
 
+	"github.com/kargo-latch/kargo-latch/api"
 	"github.com/kargo-latch/kargo-latch/api/v1alpha1"
 	"github.com/kargo-latch/kargo-latch/kargo"
+	"github.com/kargo-latch/kargo-latch/latch"
 )
 
 func feedObject(gvr schema.GroupVersionResource, kind, ns, name string, fields map[string]any) *unstructured.Unstructured {
@@ -37,6 +40,13 @@ func TestDashboardSnapshotIsTheStatusRows(t *testing.T) {
 	})
 	failure := feedObject(v1alpha1.StagePausesResource, "StagePause", "p", "prod-degraded-1", map[string]any{"spec": map[string]any{"stage": "prod", "reason": "Degraded"}})
 	failure.SetAnnotations(map[string]string{v1alpha1.DerivedNameAnnotation: "prod-degraded-1"})
+	// A pauser's decoy with the operator's annotation is no operator pause.
+	decoy := feedObject(v1alpha1.StagePausesResource, "StagePause", "p", "prod-decoy", map[string]any{"spec": map[string]any{"stage": "prod"}})
+	decoy.SetAnnotations(map[string]string{v1alpha1.DerivedNameAnnotation: "prod-decoy", v1alpha1.PausedByAnnotation: "mallory"})
+	rec := inCycle(latch.PhaseFailed, func(r *latch.Record) {
+		r.Failure = &latch.Failure{Reason: "Degraded", At: time.Now(), Pause: "prod-degraded-1"}
+	})
+	prod.SetAnnotations(map[string]string{api.StateAnnotation: rec.Encode()})
 	manual := feedObject(v1alpha1.StagePausesResource, "StagePause", "p", "prod-x", map[string]any{"spec": map[string]any{"stage": "prod", "message": "INC-1"}})
 	manual.SetAnnotations(map[string]string{v1alpha1.PausedByAnnotation: "dev"})
 	freight := feedObject(kargo.FreightsResource, "Freight", "p", "f1", map[string]any{"alias": "brave-fox"})
@@ -48,7 +58,7 @@ func TestDashboardSnapshotIsTheStatusRows(t *testing.T) {
 	client := dynamicfake.NewSimpleDynamicClientWithCustomListKinds(runtime.NewScheme(), map[schema.GroupVersionResource]string{
 		kargo.StagesResource: "StageList", kargo.FreightsResource: "FreightList",
 		v1alpha1.StagePausesResource: "StagePauseList", eventsResource: "EventList",
-	}, prod, failure, manual, freight, bypass, old)
+	}, prod, failure, manual, decoy, freight, bypass, old)
 	f := &feed{client: client, only: "p"}
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
@@ -65,7 +75,7 @@ func TestDashboardSnapshotIsTheStatusRows(t *testing.T) {
 	if err := json.Unmarshal(st.Status, &row); err != nil {
 		t.Fatal(err)
 	}
-	if !row.Paused || row.Health != "Healthy" || len(row.Pauses) != 2 {
+	if !row.Paused || row.Health != "Healthy" || len(row.Pauses) != 3 {
 		t.Errorf("row %+v, want paused by both, Healthy", row)
 	}
 	if d := cmp.Diff([]string{"test"}, st.Upstream); d != "" || st.Direct {
@@ -79,9 +89,12 @@ func TestDashboardSnapshotIsTheStatusRows(t *testing.T) {
 	}
 	by := map[string]string{}
 	for _, p := range s.Pauses {
-		by[p.Name] = p.By
+		by[p.Name] = p.ClaimedBy
+		if p.ByOperator {
+			by[p.Name] = "the operator"
+		}
 	}
-	if d := cmp.Diff(map[string]string{"prod-degraded-1": "kargo-latch, on the failure", "prod-x": "dev"}, by); d != "" {
+	if d := cmp.Diff(map[string]string{"prod-degraded-1": "the operator", "prod-x": "dev", "prod-decoy": "mallory"}, by); d != "" {
 		t.Errorf("who paused (-want +got):\n%s", d)
 	}
 }
@@ -105,5 +118,24 @@ func TestDashboardFindsTheReadableProjects(t *testing.T) {
 	}
 	if d := cmp.Diff([]string{"mine"}, got); d != "" {
 		t.Errorf("projects (-want +got):\n%s", d)
+	}
+}
+
+// A pause never waits on, nor fails by, the question of who is pausing.
+func TestPauseWithoutAnAnswerToWhoAmI(t *testing.T) {
+	client := fakeClient(feedObject(kargo.StagesResource, "Stage", "p", "prod", nil))
+	client.PrependReactor("create", "selfsubjectreviews", func(k8stesting.Action) (bool, runtime.Object, error) {
+		return true, nil, apierrors.NewForbidden(selfSubjectReviews.GroupResource(), "", nil)
+	})
+	name, err := createPause(context.Background(), client, "p", "prod", "Manual", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := client.Resource(v1alpha1.StagePausesResource).Namespace("p").Get(context.Background(), name, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := got.GetAnnotations()[v1alpha1.PausedByAnnotation]; ok {
+		t.Errorf("annotations %v, want no paused-by", got.GetAnnotations())
 	}
 }

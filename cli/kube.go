@@ -32,6 +32,10 @@ type kubeFlags struct {
 	kubeconfig string
 	overrides  clientcmd.ConfigOverrides
 	userAgent  string
+	// qps and burst, when set, replace client-go's defaults (5 and 10):
+	// the dashboard starts four watches and asks two reviews per project.
+	qps   float32
+	burst int
 }
 
 func newKubeFlags(p Program) *kubeFlags {
@@ -59,6 +63,9 @@ func (k *kubeFlags) client() (dynamic.Interface, string, error) {
 		return nil, "", fmt.Errorf("loading the kubeconfig: %w", err)
 	}
 	cfg.UserAgent = k.userAgent
+	if k.qps > 0 {
+		cfg.QPS, cfg.Burst = k.qps, k.burst
+	}
 	if cfg.Timeout == 0 { // no --request-timeout: bound the wait for an answer
 		cfg.Wrap(boundResponses(responseTimeout))
 	}

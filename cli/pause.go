@@ -7,6 +7,7 @@ import (
 	"io"
 	"regexp"
 	"strings"
+	"time"
 
 	"github.com/spf13/cobra"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -129,6 +130,9 @@ func createPause(ctx context.Context, client dynamic.Interface, ns, stage, reaso
 	return created.GetName(), nil
 }
 
+// whoAmITimeout bounds the question "who am I?" before a pause.
+const whoAmITimeout = 2 * time.Second
+
 // selfSubjectReviews is where the API server says who the caller is.
 var selfSubjectReviews = schema.GroupVersionResource{Group: "authentication.k8s.io", Version: "v1", Resource: "selfsubjectreviews"}
 
@@ -136,6 +140,10 @@ var selfSubjectReviews = schema.GroupVersionResource{Group: "authentication.k8s.
 // when it cannot say (the review is refused or unsupported): a pause is
 // made all the same.
 func whoAmI(ctx context.Context, client dynamic.Interface) string {
+	// A slow answer must not hold up a pause: without a name, a pause is
+	// made all the same.
+	ctx, cancel := context.WithTimeout(ctx, whoAmITimeout)
+	defer cancel()
 	review := &unstructured.Unstructured{Object: map[string]any{"apiVersion": "authentication.k8s.io/v1", "kind": "SelfSubjectReview"}}
 	out, err := client.Resource(selfSubjectReviews).Create(ctx, review, metav1.CreateOptions{})
 	if err != nil {

@@ -85,7 +85,8 @@ func stageLinkFor(base string) StageLink {
 }
 
 // stageLinkBase checks and normalizes --url: an absolute http(s) URL with a
-// host, optionally a path (a dashboard behind a proxy), and nothing that
+// host, optionally a path (for a proxy that keeps the Host the dashboard
+// answers to), and nothing that
 // would not belong in a link stored in a cluster object: no credentials, no
 // query or fragment, and no template delimiters (the base is the literal
 // start of a text/template).

@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"slices"
 	"strconv"
+	"strings"
 )
 
 // The page acts with the user's credentials, so any page the user has open
@@ -43,12 +44,14 @@ func newToken() string {
 }
 
 // allowedHosts are the Host values that name the bound loopback address:
-// the address itself, and localhost for a loopback bind (the link Kargo's
-// UI shows says localhost).
+// the address itself, and localhost for 127.0.0.1 and ::1 (the link Kargo's
+// UI shows says localhost). The last one is the address people are given.
 func allowedHosts(addr *net.TCPAddr) []string {
 	port := strconv.Itoa(addr.Port)
 	hosts := []string{net.JoinHostPort(addr.IP.String(), port)}
-	if addr.IP.IsLoopback() {
+	// localhost names 127.0.0.1 or ::1, never another loopback address
+	// (127.0.0.2 is another server's).
+	if addr.IP.Equal(net.IPv4(127, 0, 0, 1)) || addr.IP.Equal(net.IPv6loopback) {
 		hosts = append(hosts, net.JoinHostPort("localhost", port))
 	}
 	return hosts
@@ -67,6 +70,8 @@ func (g *guard) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	h.Set("X-Content-Type-Options", "nosniff")
 	h.Set("Referrer-Policy", "no-referrer")
 	h.Set("Cache-Control", "no-store")
+	h.Set("Cross-Origin-Resource-Policy", "same-origin")
+	h.Set("Cross-Origin-Opener-Policy", "same-origin")
 	if !slices.Contains(g.hosts, r.Host) {
 		http.Error(w, "refused: this dashboard answers only to "+g.hosts[0]+" (Host "+strconv.Quote(r.Host)+")", http.StatusMisdirectedRequest)
 		return
@@ -76,17 +81,36 @@ func (g *guard) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			http.Error(w, "refused: "+why, http.StatusForbidden)
 			return
 		}
+	} else if strings.HasPrefix(r.URL.Path, "/api/") {
+		// Another origin cannot read these answers, but it must not make
+		// this process read the cluster as the user, or hold feeds open.
+		if why := g.refuseForeign(r); why != "" {
+			http.Error(w, "refused: "+why, http.StatusForbidden)
+			return
+		}
 	}
 	g.next.ServeHTTP(w, r)
 }
 
+// refuseForeign says why a request the browser marks as another origin's
+// is refused, or "".
+func (g *guard) refuseForeign(r *http.Request) string {
+	if o := r.Header.Get("Origin"); o != "" && !slices.Contains(g.origins(), o) {
+		return "a request from another origin (" + o + ") may not use this dashboard"
+	}
+	if s := r.Header.Get("Sec-Fetch-Site"); s != "" && s != "same-origin" && s != "none" {
+		return "a " + s + " request may not use this dashboard"
+	}
+	return ""
+}
+
 // refuseChange says why a state-changing request is refused, or "".
 func (g *guard) refuseChange(r *http.Request) string {
-	if o := r.Header.Get("Origin"); o != "" && !slices.Contains(g.origins(), o) {
-		return "a request from another origin (" + o + ") may not change anything"
+	if why := g.refuseForeign(r); why != "" {
+		return why
 	}
-	if s := r.Header.Get("Sec-Fetch-Site"); s != "" && s != "same-origin" {
-		return "a " + s + " request may not change anything"
+	if s := r.Header.Get("Sec-Fetch-Site"); s == "none" {
+		return "a change must come from the dashboard's page"
 	}
 	got := r.Header.Get(TokenHeader)
 	if subtle.ConstantTimeCompare([]byte(got), []byte(g.token)) != 1 {

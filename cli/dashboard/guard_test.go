@@ -31,6 +31,7 @@ func TestGuardRefusesForeignHostsAndForeignChanges(t *testing.T) {
 		{"a cross-site change", http.MethodPost, "localhost:3100", map[string]string{TokenHeader: "secret", "Sec-Fetch-Site": "cross-site"}, http.StatusForbidden},
 		{"a same-site change (another port)", http.MethodPost, "localhost:3100", map[string]string{TokenHeader: "secret", "Sec-Fetch-Site": "same-site"}, http.StatusForbidden},
 		{"a delete without the token", http.MethodDelete, "localhost:3100", nil, http.StatusForbidden},
+		{"a typed address posting", http.MethodPost, "localhost:3100", map[string]string{TokenHeader: "secret", "Sec-Fetch-Site": "none"}, http.StatusForbidden},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -65,5 +66,32 @@ func TestAllowedHostsOfAnIPv6Loopback(t *testing.T) {
 func TestTokensDiffer(t *testing.T) {
 	if a, b := newToken(), newToken(); a == b || len(a) < 40 {
 		t.Errorf("tokens %q and %q", a, b)
+	}
+}
+
+// Another origin cannot read the feed or the Events, and must not make the
+// dashboard read them as the user either.
+func TestGuardRefusesForeignReads(t *testing.T) {
+	g := &guard{hosts: []string{"localhost:3100"}, token: "secret", next: http.HandlerFunc(func(http.ResponseWriter, *http.Request) {})}
+	for _, c := range []struct {
+		path    string
+		headers map[string]string
+		want    int
+	}{
+		{"/api/live", map[string]string{"Sec-Fetch-Site": "same-origin"}, http.StatusOK},
+		{"/api/live", map[string]string{"Origin": "http://evil.example"}, http.StatusForbidden},
+		{"/api/projects/p/stages/s/events", map[string]string{"Sec-Fetch-Site": "cross-site"}, http.StatusForbidden},
+		{"/projects/p/stages/s", map[string]string{"Sec-Fetch-Site": "cross-site"}, http.StatusOK}, // a link from Kargo's UI
+	} {
+		r := httptest.NewRequest(http.MethodGet, c.path, nil)
+		r.Host = "localhost:3100"
+		for k, v := range c.headers {
+			r.Header.Set(k, v)
+		}
+		w := httptest.NewRecorder()
+		g.ServeHTTP(w, r)
+		if w.Code != c.want {
+			t.Errorf("GET %s %v: %d, want %d", c.path, c.headers, w.Code, c.want)
+		}
 	}
 }

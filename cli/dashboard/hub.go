@@ -57,7 +57,9 @@ func (h *hub) update(s Snapshot) error {
 	}
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	changed := keep(h.stages, stages) || keep(h.pauses, pauses) || !maps.Equal(h.problems, s.Problems)
+	// Both keeps run: each makes its map share the unchanged values.
+	stagesChanged, pausesChanged := keep(h.stages, stages), keep(h.pauses, pauses)
+	changed := stagesChanged || pausesChanged || !maps.Equal(h.problems, s.Problems)
 	h.stages, h.pauses, h.problems = stages, pauses, s.Problems
 	if changed {
 		h.bump()

@@ -94,3 +94,22 @@ func TestUpstreamOfReadsRequestedFreight(t *testing.T) {
 		t.Errorf("a Stage without requests: %v %v", up, direct)
 	}
 }
+
+// A change to a Stage resends that Stage, never the pauses that did not
+// change.
+func TestHubKeepsUnchangedPausesWhenAStageChanges(t *testing.T) {
+	h := newHub()
+	p := Pause{Project: "p", Name: "x", Stage: "a", Reason: "Manual"}
+	if err := h.update(Snapshot{Stages: []Stage{stage("a", "Idle")}, Pauses: []Pause{p}}); err != nil {
+		t.Fatal(err)
+	}
+	var v view
+	h.next(&v, time.Time{})
+	if err := h.update(Snapshot{Stages: []Stage{stage("a", "Latched")}, Pauses: []Pause{p}}); err != nil {
+		t.Fatal(err)
+	}
+	m, _ := h.next(&v, time.Time{})
+	if len(m.Stages) != 1 || len(m.Pauses) != 0 {
+		t.Errorf("stages %v pauses %v, want the Stage alone", keys(m.Stages), keys(m.Pauses))
+	}
+}

@@ -39,6 +39,11 @@ type Stage struct {
 	// Warnings are the Stage's recent Warning Events (refusals, gate
 	// bypasses), newest first, where the user may read Events.
 	Warnings []Event `json:"warnings,omitempty"`
+	// PausesUnknown: the user's pauses in the project cannot be read now;
+	// LabelPaused is then the Stage's own paused label, which the operator
+	// keeps while a pause covers it.
+	PausesUnknown bool `json:"pausesUnknown,omitempty"`
+	LabelPaused   bool `json:"labelPaused,omitempty"`
 	// Aliases are the current Freight's aliases, by Freight name, where the
 	// user may read Freight.
 	Aliases map[string]string `json:"aliases,omitempty"`
@@ -53,10 +58,11 @@ type Pause struct {
 	Reason  string    `json:"reason"`
 	Message string    `json:"message,omitempty"`
 	Since   time.Time `json:"since"`
-	// By is who made it: "kargo-latch" for a pause on failure, else the
-	// user that the pausing client (this CLI or its page) said made it,
-	// else "".
-	By string `json:"by,omitempty"`
+	// ByOperator: the operator made it for a failure (the Stage's record
+	// names it). ClaimedBy is the user the pausing client (this CLI or its
+	// page) said made it: a claim, which anyone who may pause can write.
+	ByOperator bool   `json:"byOperator,omitempty"`
+	ClaimedBy  string `json:"claimedBy,omitempty"`
 	// Drained names the queued auto-promotions aborted when it took effect.
 	Drained []string `json:"drained,omitempty"`
 	// Resuming: deleted, held by the operator only until it records the

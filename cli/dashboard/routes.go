@@ -13,6 +13,7 @@ import (
 	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/util/validation"
 )
 
 // The page is plain HTML, CSS and JavaScript, embedded: no build step, no
@@ -96,7 +97,12 @@ func (s *server) live(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *server) events(w http.ResponseWriter, r *http.Request) {
-	ev, err := s.o.Act.Events(r.Context(), r.PathValue("project"), r.PathValue("stage"))
+	project, stage := r.PathValue("project"), r.PathValue("stage")
+	if why := badNames(project, stage); why != "" {
+		reply(w, http.StatusBadRequest, map[string]string{"error": why})
+		return
+	}
+	ev, err := s.o.Act.Events(r.Context(), project, stage)
 	if err != nil {
 		refuse(w, err)
 		return
@@ -133,13 +139,35 @@ func (s *server) act(w http.ResponseWriter, r *http.Request, do func(context.Con
 		reply(w, http.StatusBadRequest, map[string]string{"error": "the request must be JSON naming a stage (\"*\" for the project)"})
 		return
 	}
-	said, err := do(r.Context(), r.PathValue("project"), a)
+	project := r.PathValue("project")
+	stage := a.Stage
+	if stage == "*" {
+		stage = "all" // any valid name: the project-wide pause
+	}
+	if why := badNames(project, stage); why != "" {
+		reply(w, http.StatusBadRequest, map[string]string{"error": why})
+		return
+	}
+	said, err := do(r.Context(), project, a)
 	s.askAccess() // a refusal may mean the rights changed
 	if err != nil {
 		refuse(w, err)
 		return
 	}
 	reply(w, http.StatusOK, map[string]string{"message": said})
+}
+
+// badNames says why a project or Stage name is not a Kubernetes name (a
+// namespace is a DNS label, a Stage a DNS subdomain), or "": nothing else
+// reaches a request to the API server, a field selector included.
+func badNames(project, stage string) string {
+	if errs := validation.IsDNS1123Label(project); len(errs) > 0 {
+		return fmt.Sprintf("%q is not a project's name: %s", project, strings.Join(errs, "; "))
+	}
+	if errs := validation.IsDNS1123Subdomain(stage); len(errs) > 0 {
+		return fmt.Sprintf("%q is not a Stage's name: %s", stage, strings.Join(errs, "; "))
+	}
+	return ""
 }
 
 // refuse answers with the API server's own refusal, its message as given

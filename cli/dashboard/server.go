@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"net"
 	"net/http"
 	"time"
@@ -28,8 +27,6 @@ type Options struct {
 	Act Actor
 	// Ready, when set, is called with the page's URL once it serves.
 	Ready func(url string)
-	// Log receives the server's own notes (the URL, a failed render).
-	Log io.Writer
 }
 
 // Actor is the CLI's pause and resume, and the API server's answer to
@@ -84,7 +81,10 @@ func Serve(ctx context.Context, o Options) error {
 	if err != nil {
 		return err
 	}
-	srv := &http.Server{Handler: s.handler(), ReadHeaderTimeout: 10 * time.Second}
+	srv := &http.Server{Handler: s.handler(), ReadHeaderTimeout: 10 * time.Second, ReadTimeout: 30 * time.Second,
+		IdleTimeout: 2 * time.Minute,
+		// The feeds end with ctx, so that a shutdown need not wait for them.
+		BaseContext: func(net.Listener) context.Context { return ctx }}
 	go func() {
 		<-ctx.Done()
 		shutdown, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
@@ -125,7 +125,7 @@ func start(ctx context.Context, o Options, addr *net.TCPAddr) (*server, error) {
 	if err := s.hub.update(snapshot()); err != nil {
 		return nil, err
 	}
-	s.checkAccess(ctx)
+	s.askAccess() // asked at once, while the page already serves
 	go s.follow(ctx, changed, snapshot)
 	go s.refreshAccess(ctx)
 	return s, nil

@@ -3,14 +3,26 @@
 // credentials, and the API server's RBAC and admission decide.
 'use strict';
 
+// sendTimeout: an action that got no answer in this long is said to have
+// failed, rather than leave a person waiting on a button.
+const sendTimeout = 20000;
+
 async function send(project, verb, body) {
-  const res = await fetch(`/api/projects/${encodeURIComponent(project)}/${verb}`, {
-    method: 'POST',
-    headers: { 'Content-Type': 'application/json', 'X-Kargo-Latch-Token': kargoLatch.token },
-    body: JSON.stringify(body),
-  });
-  let out = {};
-  try { out = await res.json(); } catch { out = { error: await res.text().catch(() => res.statusText) }; }
+  let res;
+  try {
+    res = await fetch(`/api/projects/${encodeURIComponent(project)}/${verb}`, {
+      method: 'POST',
+      headers: { 'Content-Type': 'application/json', 'X-Kargo-Latch-Token': kargoLatch.token },
+      body: JSON.stringify(body),
+      signal: AbortSignal.timeout(sendTimeout),
+    });
+  } catch (e) {
+    throw new Error(e.name === 'TimeoutError' ? `no answer from the dashboard in ${sendTimeout / 1000}s; it may not have happened: check the Stage` : `the dashboard cannot be reached (${e.message}); is it still running?`);
+  }
+  const text = await res.text();
+  let out;
+  try { out = JSON.parse(text); } catch { out = { error: text || res.statusText }; }
+  if (!res.ok && text.includes('X-Kargo-Latch-Token')) throw new Error('this page is from an earlier run of the dashboard: reload it');
   if (!res.ok) throw new Error(out.error || res.statusText);
   return out.message;
 }

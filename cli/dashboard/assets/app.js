@@ -12,15 +12,50 @@ let rendered = new Map();
 let layoutKey = '';
 
 // ---- the live feed --------------------------------------------------------
+//
+// One live feed per browser, shared by every tab of this page: Chrome opens
+// at most six HTTP/1.1 connections to one host, and a feed holds one for as
+// long as it lives, so six tabs with a feed each would leave none for a
+// pause. The tab holding the lock "kargo-latch-feed" reads the feed and
+// passes every message on over a BroadcastChannel; a new tab asks it for
+// everything; when that tab closes, the lock passes to another, which opens
+// the feed anew.
+
+const channel = 'BroadcastChannel' in window && navigator.locks ? new BroadcastChannel('kargo-latch-feed') : null;
+let leading = false;
 
 function connect() {
+  if (!channel) return openFeed();
+  channel.onmessage = (e) => {
+    const m = e.data || {};
+    if (m.kind === 'hello' && leading) channel.postMessage({ kind: 'state', body: everything(), live: state.live });
+    else if (m.kind === 'state' && !leading) { apply(m.body); setConn(m.live); }
+    else if (m.kind === 'conn' && !leading) setConn(m.live);
+  };
+  channel.postMessage({ kind: 'hello' });
+  // Held for as long as this tab lives: the promise never settles.
+  navigator.locks.request('kargo-latch-feed', () => new Promise(() => { leading = true; openFeed(); }));
+}
+
+function openFeed() {
   const feed = new EventSource('/api/live');
   feed.onopen = () => setConn(true);
   feed.onerror = () => setConn(false);
-  feed.onmessage = (e) => apply(JSON.parse(e.data));
+  feed.onmessage = (e) => {
+    const m = JSON.parse(e.data);
+    apply(m);
+    if (channel) channel.postMessage({ kind: 'state', body: m, live: true });
+  };
+}
+
+// everything is the state as one full message, for a tab that just opened.
+function everything() {
+  return { full: true, stages: Object.fromEntries(state.stages), pauses: Object.fromEntries(state.pauses),
+    access: state.access, problems: state.problems, now: new Date(Date.now() + state.skew).toISOString() };
 }
 
 function setConn(live) {
+  if (leading && channel && live !== state.live) channel.postMessage({ kind: 'conn', live });
   state.live = live;
   const el = document.getElementById('conn');
   el.dataset.state = live ? 'live' : 'lost';
@@ -40,7 +75,12 @@ function apply(m) {
 // ---- routes ---------------------------------------------------------------
 
 function route() {
-  const parts = location.pathname.split('/').filter(Boolean).map(decodeURIComponent);
+  let parts;
+  try {
+    parts = location.pathname.split('/').filter(Boolean).map(decodeURIComponent);
+  } catch {
+    return {}; // a malformed address: show everything
+  }
   if (parts[0] === 'projects' && parts[2] === 'stages' && parts[3]) return { project: parts[1], stage: parts[3] };
   if (parts[0] === 'projects' && parts[1]) return { project: parts[1] };
   return {};
@@ -196,13 +236,13 @@ function cardHTML(key) {
   const a = state.access[s.project] || {};
   const covering = [...state.pauses.values()].filter((p) => p.project === s.project && (p.stage === s.name || p.stage === '*'));
   const own = covering.filter((p) => p.stage === s.name && !p.resuming);
-  const paused = st.paused;
+  const paused = s.pausesUnknown ? s.labelPaused : st.paused;
   const actions = [];
   if (own.length) actions.push(button('resume', 'Resume', a.resume, a.resumeWhy, { project: s.project, stage: s.name }));
   else actions.push(button('pause', 'Pause', a.pause, a.pauseWhy, { project: s.project, stage: s.name }, 'danger'));
   return `<article class="stage ${paused ? 'is-paused' : ''} phase-${esc(st.phase)}" data-stage="${esc(key)}" aria-label="Stage ${esc(s.name)}">
     <h3><a href="${url('projects', s.project, 'stages', s.name)}" data-focus="link:${esc(key)}">${esc(s.name)}</a></h3>
-    <p class="badge ${paused ? 'paused' : 'running'}" data-field="paused">${paused ? 'Paused' : 'Not paused'}${paused && st.reason ? ' — ' + esc(st.reason) : ''}</p>
+    <p class="badge ${paused ? 'paused' : 'running'}" data-field="paused">${badgeText(s, st, paused)}</p>
     ${upstreamHTML(s)}
     <dl>
       <dt>Latch</dt><dd data-field="phase">${esc(st.phase)}${timeHTML(st.since)}</dd>
@@ -217,6 +257,14 @@ function cardHTML(key) {
     ${warningsHTML(s)}
     <div class="actions">${actions.join('')}</div>
   </article>`;
+}
+
+// badgeText says whether the Stage is paused, in words. Where its pauses
+// cannot be read, its own label (kept by the operator) says so, and the
+// badge says it cannot know more: never a plain "Not paused".
+function badgeText(s, st, paused) {
+  if (s.pausesUnknown) return paused ? 'Paused (its pauses cannot be read)' : 'Pause state unknown (its pauses cannot be read)';
+  return paused ? 'Paused' + (st.reason ? ' — ' + esc(st.reason) : '') : 'Not paused';
 }
 
 function upstreamHTML(s) {
@@ -246,12 +294,20 @@ function analysisHTML(a) {
 }
 
 function pauseHTML(p) {
-  const by = p.by ? `by ${esc(p.by)}` : 'by someone (not said)';
+  const by = madeBy(p);
   return `<div class="pause" data-pause="${esc(p.project + '/' + p.name)}">
     <strong>${esc(p.reason)}</strong> ${p.stage === '*' ? '(whole project)' : ''} ${by}${timeHTML(p.since)}
     ${p.message ? `<blockquote>${esc(p.message)}</blockquote>` : ''}
     ${p.drained && p.drained.length ? `<small>drained: ${p.drained.map(esc).join(', ')}</small>` : ''}
     <small class="name">${esc(p.name)}</small></div>`;
+}
+
+// madeBy: the operator's pauses are known (the Stage's record names them);
+// a person's name is what the pausing client said.
+function madeBy(p) {
+  if (p.byOperator) return 'made by kargo-latch on the failure';
+  if (p.claimedBy) return `by ${esc(p.claimedBy)} <small>(as the pausing client said)</small>`;
+  return 'by someone (not said)';
 }
 
 function holdsHTML(st) {
@@ -308,7 +364,7 @@ function say(text, kind) {
   el.textContent = text;
 }
 
-window.kargoLatch = { state, render, say, timeText, esc, url, cardHTML, button, projectHeadHTML, timeHTML, pauseHTML, main };
+window.kargoLatch = { state, render, say, timeText, esc, url, cardHTML, button, projectHeadHTML, timeHTML, pauseHTML, madeBy, main };
 // The feed starts once every script has run (stage.js draws Stage pages).
 document.addEventListener('DOMContentLoaded', connect, { once: true });
 setInterval(refreshTimes, 5000);

@@ -4,8 +4,8 @@
 
 let stagePage = { key: '', source: '', events: null, eventsError: '', fetched: 0 };
 
-// eventsRefresh: a Stage's Events are read again this often while its page
-// is open, and at once when the Stage changes.
+// eventsRefresh: a Stage's Events are read again at the next message of
+// the feed after this long, and at once when the Stage changes.
 const eventsRefresh = 10000;
 
 function renderStagePage(project, stage) {
@@ -75,7 +75,7 @@ function timelineHTML(s) {
   if (r.failure) add(r.failure.at, `Failed: ${r.failure.reason}${r.failure.message ? ' — ' + r.failure.message : ''}`);
   for (const [app, at] of Object.entries(r.appsHealthy || {})) add(at, `App ${app} seen Healthy`);
   for (const p of state.pauses.values()) {
-    if (p.project === s.project && (p.stage === s.name || p.stage === '*')) add(p.since, `Paused: ${p.reason}${p.stage === '*' ? ' (whole project)' : ''}${p.by ? ' by ' + p.by : ''}`);
+    if (p.project === s.project && (p.stage === s.name || p.stage === '*')) add(p.since, `Paused: ${p.reason}${p.stage === '*' ? ' (whole project)' : ''}${p.byOperator ? ' by kargo-latch on the failure' : p.claimedBy ? ' by ' + p.claimedBy : ''}`);
   }
   for (const h of r.history || []) add(h.finishTime || h.startTime, `Cycle ${h.id}: ${h.phase}${h.message ? ' — ' + h.message : ''}`);
   items.sort((a, b) => Date.parse(b.at) - Date.parse(a.at));
