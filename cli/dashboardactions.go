@@ -13,6 +13,7 @@ import (
 
 	"github.com/kargo-latch/kargo-latch/api/v1alpha1"
 	"github.com/kargo-latch/kargo-latch/cli/dashboard"
+	"github.com/kargo-latch/kargo-latch/kargo"
 )
 
 // actor is the dashboard's pause and resume: the CLI's own, with the
@@ -66,18 +67,32 @@ var accessReviews = schema.GroupVersionResource{Group: "authorization.k8s.io", V
 func (a *actor) Access(ctx context.Context, ns string) (dashboard.Access, error) {
 	var out dashboard.Access
 	var err error
-	if out.Pause, out.PauseWhy, err = a.may(ctx, ns, "create", "kargo-latch-pauser"); err != nil {
+	if out.Pause, out.PauseWhy, err = a.may(ctx, ns, "create", v1alpha1.StagePausesResource, "kargo-latch-pauser"); err != nil {
 		return out, err
 	}
-	out.Resume, out.ResumeWhy, err = a.may(ctx, ns, "delete", "kargo-latch-resumer")
-	return out, err
+	if out.Resume, out.ResumeWhy, err = a.may(ctx, ns, "delete", v1alpha1.StagePausesResource, "kargo-latch-resumer"); err != nil {
+		return out, err
+	}
+	// A watch already open outlives a RoleBinding removed: the API server
+	// checks rights when a request starts. So the rights to read are asked
+	// again too, and a right lost is said before the watch next restarts.
+	for _, r := range []schema.GroupVersionResource{kargo.StagesResource, v1alpha1.StagePausesResource} {
+		ok, why, err := a.may(ctx, ns, "list", r, "kargo-latch-viewer")
+		if err != nil {
+			return out, err
+		}
+		if !ok {
+			out.ReadWhy = append(out.ReadWhy, why+"; what the page shows of them may be old")
+		}
+	}
+	return out, nil
 }
 
-func (a *actor) may(ctx context.Context, ns, verb, role string) (bool, string, error) {
+func (a *actor) may(ctx context.Context, ns, verb string, gvr schema.GroupVersionResource, role string) (bool, string, error) {
 	review := &unstructured.Unstructured{Object: map[string]any{
 		"apiVersion": "authorization.k8s.io/v1", "kind": "SelfSubjectAccessReview",
 		"spec": map[string]any{"resourceAttributes": map[string]any{
-			"namespace": ns, "verb": verb, "group": v1alpha1.GroupVersion.Group, "resource": "stagepauses"}},
+			"namespace": ns, "verb": verb, "group": gvr.Group, "resource": gvr.Resource}},
 	}}
 	got, err := a.client.Resource(accessReviews).Create(ctx, review, metav1.CreateOptions{})
 	if err != nil {
@@ -87,7 +102,7 @@ func (a *actor) may(ctx context.Context, ns, verb, role string) (bool, string, e
 	if allowed {
 		return true, "", nil
 	}
-	why := fmt.Sprintf("you may not %s stagepauses.kargo-latch.io in project %s (ClusterRole %s, bound in the project, grants it)", verb, ns, role)
+	why := fmt.Sprintf("you may not %s %s.%s in project %s (ClusterRole %s, bound in the project, grants it)", verb, gvr.Resource, gvr.Group, ns, role)
 	if reason, _, _ := unstructured.NestedString(got.Object, "status", "reason"); reason != "" {
 		why += "; the API server says: " + reason
 	}

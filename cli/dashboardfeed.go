@@ -56,6 +56,9 @@ func (f *feed) watch(ctx context.Context, changed chan<- struct{}) (func() dashb
 	spec := func(gvr schema.GroupVersionResource, ns string) sourceSpec {
 		return sourceSpec{client: f.client, gvr: gvr, ns: ns, changed: changed, heard: f.health.hearing(gvr.Resource, ns)}
 	}
+	// A watch that could not start is not watched: what it lacks is said
+	// once (problems), or left out (Freight, Events), not as a failing read.
+	notWatched := func(gvr schema.GroupVersionResource, ns string) { f.health.hearing(gvr.Resource, ns)(nil) }
 	for _, ns := range namespaces {
 		stages, err := watchSource(ctx, spec(kargo.StagesResource, ns))
 		if err != nil {
@@ -63,6 +66,7 @@ func (f *feed) watch(ctx context.Context, changed chan<- struct{}) (func() dashb
 				return nil, explainRead(err, "stages", ns)
 			}
 			f.problems[ns] = explainRead(err, "stages", ns).Error()
+			notWatched(kargo.StagesResource, ns)
 			continue
 		}
 		f.stages = append(f.stages, stages)
@@ -70,6 +74,7 @@ func (f *feed) watch(ctx context.Context, changed chan<- struct{}) (func() dashb
 			f.problems[ns] = "The page cannot show pauses (a Stage's own label says whether it is paused): " +
 				explainRead(err, "stagepauses.kargo-latch.io", ns).Error()
 			f.noPauses = append(f.noPauses, ns)
+			notWatched(v1alpha1.StagePausesResource, ns)
 		} else {
 			f.pauses = append(f.pauses, pauses)
 		}
@@ -78,11 +83,15 @@ func (f *feed) watch(ctx context.Context, changed chan<- struct{}) (func() dashb
 		// user may read Events.
 		if freight, err := watchSource(ctx, spec(kargo.FreightsResource, ns)); err == nil {
 			f.freight = append(f.freight, freight)
+		} else {
+			notWatched(kargo.FreightsResource, ns)
 		}
 		warnings := spec(eventsResource, ns)
 		warnings.tweak = stageWarnings
 		if events, err := watchSource(ctx, warnings); err == nil {
 			f.warnings = append(f.warnings, events)
+		} else {
+			notWatched(eventsResource, ns)
 		}
 	}
 	return f.snapshot, nil

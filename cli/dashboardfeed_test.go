@@ -139,3 +139,24 @@ func TestPauseWithoutAnAnswerToWhoAmI(t *testing.T) {
 		t.Errorf("annotations %v, want no paused-by", got.GetAnnotations())
 	}
 }
+
+// A read that was refused at start is said once, or left out; a watch
+// refused later is a problem the page shows until it reads again.
+func TestDashboardReadHealth(t *testing.T) {
+	changed := make(chan struct{}, 1)
+	h := newReadHealth(changed)
+	heard := h.hearing("stages", "p")
+	heard(apierrors.NewForbidden(kargo.StagesResource.GroupResource(), "", nil))
+	if got := h.problems(nil)["p"]; got == "" || !h.failingIn("stages", "p") {
+		t.Fatalf("problems %q, want the refusal", got)
+	}
+	select {
+	case <-changed:
+	default:
+		t.Error("a new failure did not ask for a new snapshot")
+	}
+	heard(nil)
+	if got := h.problems(map[string]string{"q": "static"}); len(got) != 1 || got["q"] != "static" {
+		t.Errorf("problems %v, want the static one alone once the watch reads again", got)
+	}
+}

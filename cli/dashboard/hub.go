@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"maps"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -31,6 +32,8 @@ type Access struct {
 	PauseWhy  string `json:"pauseWhy,omitempty"`
 	Resume    bool   `json:"resume"`
 	ResumeWhy string `json:"resumeWhy,omitempty"`
+	// ReadWhy says which reads the user may no longer make.
+	ReadWhy []string `json:"readWhy,omitempty"`
 }
 
 func newHub() *hub {
@@ -85,7 +88,9 @@ func keep(prev, next map[string][]byte) bool {
 func (h *hub) setAccess(a map[string]Access) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	if maps.Equal(h.access, a) {
+	if maps.EqualFunc(h.access, a, func(x, y Access) bool {
+		return x.Pause == y.Pause && x.PauseWhy == y.PauseWhy && x.Resume == y.Resume && x.ResumeWhy == y.ResumeWhy && slices.Equal(x.ReadWhy, y.ReadWhy)
+	}) {
 		return
 	}
 	h.access = a

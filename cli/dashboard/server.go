@@ -61,7 +61,7 @@ const settle = 50 * time.Millisecond
 
 // accessRefresh is how often the rights are asked again: a RoleBinding
 // given or taken shows within this long, or at once after any action.
-const accessRefresh = 30 * time.Second
+const accessRefresh = 15 * time.Second
 
 // Serve serves the page until ctx ends.
 func Serve(ctx context.Context, o Options) error {

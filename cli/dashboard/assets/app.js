@@ -208,8 +208,8 @@ function projectHeadHTML(p) {
 }
 
 function problemHTML(project) {
-  const why = state.problems[project];
-  return why ? `<p class="problem" role="alert">⚠ ${esc(why)}</p>` : '';
+  const lines = [state.problems[project], ...((state.access[project] || {}).readWhy || [])].filter(Boolean);
+  return lines.map((why) => `<p class="problem" role="alert">⚠ ${esc(why)}</p>`).join('');
 }
 
 // button draws an action; one the API server says the user may not do is
