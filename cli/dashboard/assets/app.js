@@ -62,11 +62,26 @@ function setConn(live) {
   el.textContent = live ? 'Live' : 'Reconnecting… (what you see may be old)';
 }
 
+// dirty names what the messages since the last drawing changed: Stages by
+// key, and projects whose pauses or rights changed (all their cards).
+const dirty = { all: true, stages: new Set(), projects: new Set() };
+
 function apply(m) {
-  if (m.full) { state.stages.clear(); state.pauses.clear(); }
-  for (const [k, v] of Object.entries(m.stages || {})) v === null ? state.stages.delete(k) : state.stages.set(k, v);
-  for (const [k, v] of Object.entries(m.pauses || {})) v === null ? state.pauses.delete(k) : state.pauses.set(k, v);
-  state.access = m.access || {};
+  if (m.full) { state.stages.clear(); state.pauses.clear(); dirty.all = true; }
+  const projectOf = (k) => k.slice(0, k.indexOf('/'));
+  for (const [k, v] of Object.entries(m.stages || {})) {
+    v === null ? state.stages.delete(k) : state.stages.set(k, v);
+    dirty.stages.add(k);
+  }
+  for (const [k, v] of Object.entries(m.pauses || {})) {
+    v === null ? state.pauses.delete(k) : state.pauses.set(k, v);
+    dirty.projects.add(projectOf(k));
+  }
+  const access = m.access || {};
+  for (const p of new Set([...Object.keys(access), ...Object.keys(state.access)])) {
+    if (JSON.stringify(access[p]) !== JSON.stringify(state.access[p])) dirty.projects.add(p);
+  }
+  state.access = access;
   state.problems = m.problems || {};
   state.skew = Date.parse(m.now) - Date.now();
   render();
@@ -96,7 +111,10 @@ function render() {
   renderCrumbs(r);
   renderNotice();
   const projects = projectsOf(r.project);
-  if (r.stage) return renderStagePage(r.project, r.stage);
+  if (r.stage) {
+    dirty.all = true; // the overview is drawn anew when it is shown again
+    return renderStagePage(r.project, r.stage);
+  }
   const key = JSON.stringify(projects.map((p) => [p.name, p.layout]));
   if (key !== layoutKey) {
     layoutKey = key;
@@ -113,7 +131,9 @@ function render() {
         rendered.set('head:' + p.name, head);
         replace(`[data-project-head="${cssEsc(p.name)}"]`, head);
       }
+      const whole = dirty.all || dirty.projects.has(p.name);
       for (const s of p.stages) {
+        if (!whole && !dirty.stages.has(s.key)) continue;
         const src = cardSource(s.key);
         if (rendered.get(s.key) !== src) {
           rendered.set(s.key, src);
@@ -122,6 +142,9 @@ function render() {
       }
     }
   }
+  dirty.all = false;
+  dirty.stages.clear();
+  dirty.projects.clear();
   refreshTimes();
 }
 
@@ -230,7 +253,9 @@ function cardSource(key) {
   return JSON.stringify([s, mine, state.access[s.project]]);
 }
 
-function cardHTML(key) {
+// cardHTML draws a Stage's card; full, on the Stage's own page, lists
+// every App.
+function cardHTML(key, full = false) {
   const s = state.stages.get(key);
   const st = s.status || {};
   const a = state.access[s.project] || {};
@@ -245,10 +270,10 @@ function cardHTML(key) {
     <p class="badge ${paused ? 'paused' : 'running'}" data-field="paused">${badgeText(s, st, paused)}</p>
     ${upstreamHTML(s)}
     <dl>
-      <dt>Latch</dt><dd data-field="phase">${esc(st.phase)}${timeHTML(st.since)}</dd>
+      <dt>Latch</dt><dd data-field="phase">${esc(st.phase)}${timeHTML(phaseSince(st))}</dd>
       <dt>Kargo's health</dt><dd data-field="health">${esc(st.health || 'unknown')}</dd>
       <dt>Freight</dt><dd data-field="freight">${freightHTML(s)}</dd>
-      ${appsHTML(st)}
+      ${appsHTML(st, full)}
       <dt>Analysis</dt><dd data-field="analysis">${analysisHTML(st.analysis)}</dd>
       <dt>Verified</dt><dd data-field="verified">${st.markedVerified ? '✔ marked verified in this Stage' : 'not yet'}</dd>
     </dl>
@@ -280,11 +305,35 @@ function freightHTML(s) {
   return names.map((n) => (s.aliases && s.aliases[n] ? `${esc(s.aliases[n])} <small>(${short(n)})</small>` : short(n))).join(', ');
 }
 
-function appsHTML(st) {
+// appsHTML: a card sums the Apps up (a thousand cards of forty Apps each
+// are too much for a browser to draw); a Stage's own page lists them all.
+function appsHTML(st, full) {
   if (!st.apps || !st.apps.length) return '';
-  const items = st.apps.map((a) => `<li>${esc(a.name)}: Kargo says <strong>${esc(a.health || '?')}</strong>${
-    a.seenHealthyAt ? `; latched Healthy${timeHTML(a.seenHealthyAt)}` : '; not yet seen Healthy'}</li>`).join('');
-  return `<dt>Apps</dt><dd data-field="apps"><ul>${items}</ul></dd>`;
+  const byStage = st.record && st.record.latchedBy === 'Stage';
+  const latched = (a) => (a.seenHealthyAt ? `latched Healthy${timeHTML(a.seenHealthyAt)}` : byStage ? 'latched with the Stage' : 'not yet seen Healthy');
+  if (full) {
+    const items = st.apps.map((a) => `<li>${esc(a.name)}: Kargo says <strong>${esc(a.health || '?')}</strong>; ${latched(a)}</li>`).join('');
+    return `<dt>Apps</dt><dd data-field="apps"><ul>${items}</ul></dd>`;
+  }
+  const count = {};
+  for (const a of st.apps) count[a.health || 'Unknown'] = (count[a.health || 'Unknown'] || 0) + 1;
+  const health = Object.entries(count).sort().map(([h, n]) => `${n} ${esc(h)}`).join(', ');
+  const seen = st.apps.filter((a) => a.seenHealthyAt).length;
+  const latch = byStage ? 'latched with the Stage' : `${seen} of ${st.apps.length} latched Healthy`;
+  return `<dt>Apps</dt><dd data-field="apps">${st.apps.length}: Kargo says ${health}; ${latch}</dd>`;
+}
+
+// phaseSince is when the latch entered its phase (the status table's
+// SINCE is the pause's time while paused; the card says the pause's apart).
+function phaseSince(st) {
+  const r = st.record || {};
+  switch (st.phase) {
+    case 'Latched': return r.latchedAt;
+    case 'Failed': return r.failure && r.failure.at;
+    case 'Degraded': return r.degradedSince;
+    case 'Promoted': return r.promotedAt;
+  }
+  return null;
 }
 
 function analysisHTML(a) {
@@ -339,8 +388,13 @@ function timeText(t) {
   return `${rel} ago (${abs})`;
 }
 
+// refreshTimes keeps the relative times true; it writes only what changed,
+// so that a thousand cards are not laid out again every few seconds.
 function refreshTimes() {
-  for (const el of document.querySelectorAll('time[datetime]')) el.textContent = timeText(el.getAttribute('datetime'));
+  for (const el of document.querySelectorAll('time[datetime]')) {
+    const text = timeText(el.getAttribute('datetime'));
+    if (el.textContent !== text) el.textContent = text;
+  }
 }
 
 function renderCrumbs(r) {

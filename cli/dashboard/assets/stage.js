@@ -25,7 +25,7 @@ function renderStagePage(project, stage) {
     const focused = document.activeElement?.dataset?.focus;
     main.innerHTML = `<div class="stage-page">
       ${projectHeadHTML({ name: project })}
-      <div class="detail">${cardHTML(key)}
+      <div class="detail">${cardHTML(key, true)}
         <section aria-labelledby="timeline-title"><h3 id="timeline-title">Timeline</h3><ol class="timeline">${timelineHTML(s)}</ol></section>
         <section aria-labelledby="events-title"><h3 id="events-title">Events</h3><div id="events">${eventsHTML()}</div></section>
       </div></div>`;
