@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"slices"
 	"sort"
+	"strings"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -43,6 +44,9 @@ type feed struct {
 	health   *readHealth
 	// noPauses are the namespaces whose pauses could not be read at start.
 	noPauses []string
+	// judged caches each Stage's row by project/name; snapshot alone uses
+	// it, from one goroutine at a time.
+	judged map[string]judged
 }
 
 // watch starts the watches and returns the snapshot the page shows.
@@ -159,49 +163,97 @@ func objectsOf(sources []*source) []*unstructured.Unstructured {
 	return out
 }
 
+// judged is one Stage's status row, encoded, kept while the Stage and the
+// pauses that cover it are the versions it was made from: with a thousand
+// Stages, a change judges one Stage again, not all of them.
+type judged struct {
+	from         string
+	status       []byte
+	failurePause string
+	freight      []string
+}
+
 func (f *feed) snapshot() dashboard.Snapshot {
 	stageObjects := objectsOf(f.stages)
+	sort.Slice(stageObjects, func(i, j int) bool {
+		a, b := stageObjects[i], stageObjects[j]
+		return a.GetNamespace() < b.GetNamespace() || a.GetNamespace() == b.GetNamespace() && a.GetName() < b.GetName()
+	})
 	pauses := pausesOf(objectsOf(f.pauses))
-	byKey := make(map[string]*unstructured.Unstructured, len(stageObjects))
-	for _, u := range stageObjects {
-		byKey[dashboard.Key(u.GetNamespace(), u.GetName())] = u
-	}
 	aliases := freightAliases(objectsOf(f.freight))
 	warnings := recentWarnings(objectsOf(f.warnings), time.Now())
 	s := dashboard.Snapshot{Problems: f.health.problems(f.problems)}
+	if f.judged == nil {
+		f.judged = map[string]judged{}
+	}
+	seen := make(map[string]judged, len(stageObjects))
 	// The operator's pauses are those a Stage's record names as its
 	// failure's: pausers cannot write Stages, so the credit cannot be
 	// forged (the derived-name annotation can).
 	byOperator := map[string]bool{}
-	for _, r := range rows(stageObjects, pauses) {
-		if r.Record != nil && r.Record.Failure != nil && r.Record.Failure.Pause != "" {
-			byOperator[dashboard.Key(r.Project, r.Record.Failure.Pause)] = true
+	for _, u := range stageObjects {
+		k := dashboard.Key(u.GetNamespace(), u.GetName())
+		j := f.judge(u, pauses)
+		seen[k] = j
+		if j.failurePause != "" {
+			byOperator[dashboard.Key(u.GetNamespace(), j.failurePause)] = true
 		}
-		b, err := json.Marshal(r)
-		if err != nil {
-			continue // a row is plain data: never
-		}
-		st := dashboard.Stage{Project: r.Project, Name: r.Stage, Status: b}
-		st.Upstream, st.Direct = dashboard.UpstreamOf(byKey[dashboard.Key(r.Project, r.Stage)])
-		st.Warnings = warnings[dashboard.Key(r.Project, r.Stage)]
-		if f.pausesUnknown(r.Project) {
+		st := dashboard.Stage{Project: u.GetNamespace(), Name: u.GetName(), Status: j.status}
+		st.Upstream, st.Direct = dashboard.UpstreamOf(u)
+		st.Warnings = warnings[k]
+		if f.pausesUnknown(st.Project) {
 			st.PausesUnknown = true
-			st.LabelPaused = byKey[dashboard.Key(r.Project, r.Stage)].GetLabels()[api.PausedLabel] == "true"
+			st.LabelPaused = u.GetLabels()[api.PausedLabel] == "true"
 		}
-		for _, name := range r.Freight {
-			if a := aliases[dashboard.Key(r.Project, name)]; a != "" {
+		var aliasSig strings.Builder
+		for _, name := range j.freight {
+			if a := aliases[dashboard.Key(st.Project, name)]; a != "" {
 				if st.Aliases == nil {
 					st.Aliases = map[string]string{}
 				}
 				st.Aliases[name] = a
+				aliasSig.WriteString(name + "=" + a + ",")
 			}
 		}
+		st.Version = fmt.Sprintf("%s|%s|%v%v|%s", j.from, warningsSig(st.Warnings), st.PausesUnknown, st.LabelPaused, aliasSig.String())
 		s.Stages = append(s.Stages, st)
 	}
+	f.judged = seen // Stages gone are forgotten
 	for _, p := range pauses {
 		s.Pauses = append(s.Pauses, pauseView(p, byOperator[dashboard.Key(p.Namespace, p.Name)]))
 	}
 	return s
+}
+
+// judge is u's status row (the CLI's row), from the cache while u and the
+// pauses covering it are unchanged.
+func (f *feed) judge(u *unstructured.Unstructured, pauses []v1alpha1.StagePause) judged {
+	from := u.GetResourceVersion()
+	for _, p := range covering(u.GetNamespace(), u.GetName(), pauses) {
+		from += "," + p.Name + "@" + p.ResourceVersion
+	}
+	k := dashboard.Key(u.GetNamespace(), u.GetName())
+	if j, ok := f.judged[k]; ok && j.from == from && from != "" {
+		return j
+	}
+	r := row(u, pauses)
+	b, err := json.Marshal(r)
+	if err != nil {
+		b = []byte("{}") // a row is plain data: never
+	}
+	j := judged{from: from, status: b, freight: r.Freight}
+	if r.Record != nil && r.Record.Failure != nil {
+		j.failurePause = r.Record.Failure.Pause
+	}
+	return j
+}
+
+func warningsSig(events []dashboard.Event) string {
+	var b strings.Builder
+	for _, e := range events {
+		fmt.Fprintf(&b, "%s/%d/%d;", e.Reason, e.Count, e.Last.UnixNano())
+	}
+	return b.String()
 }
 
 // freightAliases maps project/name to each Freight's alias.

@@ -18,6 +18,8 @@ type hub struct {
 	mu       sync.Mutex
 	stages   map[string][]byte
 	pauses   map[string][]byte
+	// versions are the Stages' Versions, which spare encoding them again.
+	versions map[string]string
 	problems map[string]string
 	access   map[string]Access
 	// version counts the changes; each subscriber waits for a newer one.
@@ -43,12 +45,24 @@ func newHub() *hub {
 // update takes a new snapshot; it wakes the pages only if anything changed.
 func (h *hub) update(s Snapshot) error {
 	stages := make(map[string][]byte, len(s.Stages))
+	versions := make(map[string]string, len(s.Stages))
+	h.mu.Lock()
+	prevStages, prevVersions := h.stages, h.versions
+	h.mu.Unlock()
 	for _, st := range s.Stages {
+		k := Key(st.Project, st.Name)
+		versions[k] = st.Version
+		if st.Version != "" && prevVersions[k] == st.Version {
+			if b, ok := prevStages[k]; ok {
+				stages[k] = b // unchanged: not encoded again
+				continue
+			}
+		}
 		b, err := json.Marshal(st)
 		if err != nil {
 			return err
 		}
-		stages[Key(st.Project, st.Name)] = b
+		stages[k] = b
 	}
 	pauses := make(map[string][]byte, len(s.Pauses))
 	for _, p := range s.Pauses {
@@ -63,7 +77,7 @@ func (h *hub) update(s Snapshot) error {
 	// Both keeps run: each makes its map share the unchanged values.
 	stagesChanged, pausesChanged := keep(h.stages, stages), keep(h.pauses, pauses)
 	changed := stagesChanged || pausesChanged || !maps.Equal(h.problems, s.Problems)
-	h.stages, h.pauses, h.problems = stages, pauses, s.Problems
+	h.stages, h.pauses, h.problems, h.versions = stages, pauses, s.Problems, versions
 	if changed {
 		h.bump()
 	}

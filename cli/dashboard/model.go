@@ -36,6 +36,9 @@ type Stage struct {
 	Direct   bool     `json:"direct,omitempty"`
 	// Status is the Stage's row of `kargo-latch status -o json`, as is.
 	Status json.RawMessage `json:"status"`
+	// Version, when set, changes whenever anything else here changes: the
+	// page's state encodes a Stage again only when it does.
+	Version string `json:"-"`
 	// Warnings are the Stage's recent Warning Events (refusals, gate
 	// bypasses), newest first, where the user may read Events.
 	Warnings []Event `json:"warnings,omitempty"`

@@ -8,7 +8,6 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"math/rand/v2"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -25,7 +24,6 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/kargo-latch/kargo-latch/api"
-	"github.com/kargo-latch/kargo-latch/api/v1alpha1"
 	"github.com/kargo-latch/kargo-latch/kargo"
 	"github.com/kargo-latch/kargo-latch/latch"
 	"github.com/kargo-latch/kargo-latch/test/driver"
@@ -43,7 +41,16 @@ var (
 	dashStages  = flag.Int("dashboard-stages", 1000, "dashboard: Stages of its project, busy Stages in a pipeline of 5 columns")
 	dashPages   = flag.Int("dashboard-pages", 5, "dashboard: first pages timed, each in a new tab, each next to a run of `status -o json`")
 	dashChanges = flag.Int("dashboard-changes", 20, "dashboard: StagePauses timed from the API server's answer to the page")
+	dashBinary  = flag.String("dashboard-binary", "", "dashboard: the kargo-latch binary whose dashboard and status are measured instead of bin/kargo-latch (an older build, or one with a change to the page)")
 )
+
+// dashCLI is the kargo-latch binary whose dashboard is measured.
+func (b *bench) dashCLI() string {
+	if *dashBinary != "" {
+		return *dashBinary
+	}
+	return binPath(b.c, "kargo-latch")
+}
 
 // dashboard measures `kargo-latch dashboard` over one project of
 // -dashboard-stages busy Stages (issue 30 §4): the first page in Chromium
@@ -52,6 +59,9 @@ var (
 // dashboard's memory.
 func (b *bench) dashboard(ctx context.Context) ([]row, error) {
 	n := *dashStages
+	if n < 1 || *dashPages < 1 || *dashChanges < 1 {
+		return nil, errors.New("-dashboard-stages, -dashboard-pages and -dashboard-changes must be at least 1")
+	}
 	if _, err := b.kube.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: dashNS,
 		Labels: map[string]string{"kargo.akuity.io/project": "true"}}}, metav1.CreateOptions{}); err != nil {
 		return nil, err
@@ -69,7 +79,7 @@ func (b *bench) dashboard(ctx context.Context) ([]row, error) {
 		return nil, err
 	}
 	defer d.stop()
-	started, _ := procMemory(d.pid())
+	started := procMemory(d.pid())
 	say("dashboard: serving %s %v after its start (its watches listed); RSS %s", d.url, d.ready.Round(time.Millisecond), mb(started.rss))
 
 	br, err := newDashBrowser(ctx, d.url, n)
@@ -89,7 +99,7 @@ func (b *bench) dashboard(ctx context.Context) ([]row, error) {
 			return nil, err
 		}
 		statuses, statusRSS = append(statuses, st.took), max(statusRSS, st.maxRSS)
-		p, err := br.firstPage(ctx, i == *dashPages-1)
+		p, err := br.firstPage(i == *dashPages-1)
 		if err != nil {
 			return nil, err
 		}
@@ -98,8 +108,8 @@ func (b *bench) dashboard(ctx context.Context) ([]row, error) {
 			i+1, n, ms(p.painted), float64(p.bytes)/(1<<20), ms(p.message), ms(p.dom), st.took.Round(time.Millisecond), float64(st.bytes)/(1<<20))
 	}
 	sayFirstPageSplit(first)
-	afterPages, _ := procMemory(d.pid())
-	say("dashboard: after the first pages, RSS %s, HWM %s; the page's JS heap %s", mb(afterPages.rss), mb(afterPages.hwm), mb(br.heap(ctx)))
+	afterPages := procMemory(d.pid())
+	say("dashboard: after the first pages, RSS %s, HWM %s", mb(afterPages.rss), mb(afterPages.hwm))
 
 	load1 := loadAvg()
 	say("dashboard: %d StagePauses, each on a random Stage, timed from the create's answer to the card painted paused; baseline: a plain watch of stagepauses; load %s", *dashChanges, load1)
@@ -109,14 +119,14 @@ func (b *bench) dashboard(ctx context.Context) ([]row, error) {
 		return nil, err
 	}
 	cpu := procCPU(d.pid()) - cpu0
-	afterChanges, _ := procMemory(d.pid())
+	afterChanges := procMemory(d.pid())
 	load2 := loadAvg()
 	say("dashboard: after the changes, RSS %s, HWM %s; it used %v of CPU during them (%v per change); load %s",
 		mb(afterChanges.rss), mb(afterChanges.hwm), cpu, cpu/time.Duration(len(ch.page)), load2)
-	if err := br.screenshot(ctx, "dashboard-1000-stages"); err != nil {
+	if err := br.screenshot(ctx, fmt.Sprintf("dashboard-%d-stages", n)); err != nil {
 		say("dashboard: screenshot: %v", err)
 	} else {
-		say("dashboard: screenshot dist/screenshots/dashboard-1000-stages.png")
+		say("dashboard: screenshot dist/screenshots/dashboard-%d-stages.png", n)
 	}
 	if errs := br.console.Errors(); len(errs) > 0 {
 		say("dashboard: the page raised %d error(s): %s", len(errs), strings.Join(errs, "; "))
@@ -248,7 +258,7 @@ func (b *bench) startDashboard(ctx context.Context) (*dashProc, error) {
 		return nil, err
 	}
 	d := &dashProc{done: make(chan struct{})}
-	d.cmd = exec.Command(binPath(b.c, "kargo-latch"), "dashboard", "--kubeconfig", b.kubecfgAdmin(), "-n", dashNS, "--port", "0") //nolint:gosec // the binary under test
+	d.cmd = exec.Command(b.dashCLI(), "dashboard", "--kubeconfig", b.kubecfgAdmin(), "-n", dashNS, "--port", "0")
 	d.cmd.Stderr = log
 	d.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	out, err := d.cmd.StdoutPipe()
@@ -305,7 +315,7 @@ type statusRun struct {
 // statusOnce runs `status -n dashNS -o json` as the admin and checks it
 // shows the n Stages: the same reading as the page's, without a page.
 func (b *bench) statusOnce(ctx context.Context, n int) (statusRun, error) {
-	cmd := exec.CommandContext(ctx, binPath(b.c, "kargo-latch"), "status", "--kubeconfig", b.kubecfgAdmin(), "-n", dashNS, "-o", "json") //nolint:gosec // the binary under test
+	cmd := exec.CommandContext(ctx, b.dashCLI(), "status", "--kubeconfig", b.kubecfgAdmin(), "-n", dashNS, "-o", "json")
 	var out, stderr strings.Builder
 	cmd.Stdout, cmd.Stderr = &out, &stderr
 	t0 := time.Now()
@@ -317,68 +327,13 @@ func (b *bench) statusOnce(ctx context.Context, n int) (statusRun, error) {
 		r.maxRSS = ru.Maxrss << 10
 	}
 	var rows []struct{}
-	if err := json.Unmarshal([]byte(out.String()), &rows); err != nil || len(rows) != n {
-		return r, fmt.Errorf("kargo-latch status showed %d Stages, not %d (%v)", len(rows), n, err)
+	if err := json.Unmarshal([]byte(out.String()), &rows); err != nil {
+		return r, fmt.Errorf("kargo-latch status -o json: %w", err)
+	}
+	if len(rows) != n {
+		return r, fmt.Errorf("kargo-latch status showed %d Stages, not %d", len(rows), n)
 	}
 	return r, nil
-}
-
-// changes are the timed pauses: the page's latency and the plain watch's,
-// each from the create's answer.
-type changes struct{ page, watch []time.Duration }
-
-// dashboardChanges pauses random Stages, one at a time, each timed from
-// the moment the API server answered the create to the card painted
-// paused (the page's clock, compared with the bench's on this machine)
-// and to a plain watch's event.
-func (b *bench) dashboardChanges(ctx context.Context, br *dashBrowser, stages []*driver.Stage) (changes, error) {
-	pw, err := watchPauses(ctx, b.dyn, dashNS)
-	if err != nil {
-		return changes{}, err
-	}
-	defer pw.stop()
-	offset, rtt, err := br.clockOffset(ctx)
-	if err != nil {
-		return changes{}, err
-	}
-	say("   the page's clock is %v ahead of the bench's (± %v, half the best of 10 round trips)", offset, rtt/2)
-	var c changes
-	var server, parse, paint, sinceStamp []time.Duration
-	perColumn := (len(stages) + dashColumns - 1) / dashColumns
-	order := rand.Perm(len(stages))
-	order[0] = rand.IntN(dashColumns) * perColumn // the first on the top row, for the screenshot
-	for i, k := range order[:min(*dashChanges, len(order))] {
-		s := stages[k]
-		name := fmt.Sprintf("bench-dashboard-%02d", i)
-		key := dashNS + "/" + s.Name
-		if err := br.expectPaused(ctx, key); err != nil {
-			return c, err
-		}
-		seen := pw.expect(name)
-		created, err := b.dyn.Resource(v1alpha1.StagePausesResource).Namespace(dashNS).Create(ctx, pauseObject(name, s.Name), metav1.CreateOptions{})
-		if err != nil {
-			return c, err
-		}
-		accepted := time.Now()
-		var watched time.Time
-		select {
-		case watched = <-seen:
-		case <-time.After(time.Minute):
-			return c, fmt.Errorf("the watch never saw StagePause %s", name)
-		}
-		shown, err := br.waitPaused(ctx, key, offset)
-		if err != nil {
-			return c, err
-		}
-		c.page, c.watch = append(c.page, shown.painted.Sub(accepted)), append(c.watch, watched.Sub(accepted))
-		server, parse, paint = append(server, shown.message.Sub(accepted)), append(parse, shown.dom.Sub(shown.message)), append(paint, shown.painted.Sub(shown.dom))
-		sinceStamp = append(sinceStamp, shown.painted.Sub(created.GetCreationTimestamp().Time))
-		time.Sleep(300 * time.Millisecond)
-	}
-	say("   split: the create's answer → the page's message in %v; → the cards in the DOM (parse, render) %v; → painted %v",
-		quantiles(server), quantiles(parse), quantiles(paint))
-	say("   painted − the StagePause's creationTimestamp (whole seconds, so up to 1 s more): %v", quantiles(sinceStamp))
-	return c, nil
 }
 
 // quants are p50, p95 and the maximum.
@@ -404,35 +359,27 @@ func ms(d time.Duration) time.Duration { return d.Round(100 * time.Microsecond) 
 // procMem is a process's resident memory now and at its peak.
 type procMem struct{ rss, hwm int64 }
 
-func procMemory(pid int) (procMem, error) {
-	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
-	if err != nil {
-		return procMem{}, err
-	}
+// procMemory reads VmRSS and VmHWM from /proc/<pid>/status.
+func procMemory(pid int) procMem {
+	data, _ := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
 	var m procMem
 	for line := range strings.SplitSeq(string(data), "\n") {
-		f := strings.Fields(line)
-		if len(f) < 2 {
-			continue
-		}
-		kb, _ := strconv.ParseInt(f[1], 10, 64)
-		switch f[0] {
-		case "VmRSS:":
-			m.rss = kb << 10
-		case "VmHWM:":
-			m.hwm = kb << 10
+		if f := strings.Fields(line); len(f) > 1 && (f[0] == "VmRSS:" || f[0] == "VmHWM:") {
+			kb, _ := strconv.ParseInt(f[1], 10, 64)
+			if f[0] == "VmRSS:" {
+				m.rss = kb << 10
+			} else {
+				m.hwm = kb << 10
+			}
 		}
 	}
-	return m, nil
+	return m
 }
 
 // procCPU is the CPU time a process used so far (user and system), from
 // /proc/<pid>/stat in clock ticks of 10 ms.
 func procCPU(pid int) time.Duration {
-	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
-		return 0
-	}
+	data, _ := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
 	f := strings.Fields(string(data[strings.LastIndexByte(string(data), ')')+1:]))
 	if len(f) < 13 {
 		return 0
@@ -444,13 +391,9 @@ func procCPU(pid int) time.Duration {
 
 // loadAvg is the machine's load average over 1, 5 and 15 minutes.
 func loadAvg() string {
-	data, err := os.ReadFile("/proc/loadavg")
-	if err != nil {
-		return "unknown"
+	data, _ := os.ReadFile("/proc/loadavg")
+	if f := strings.Fields(string(data)); len(f) >= 3 {
+		return strings.Join(f[:3], "/")
 	}
-	f := strings.Fields(string(data))
-	if len(f) < 3 {
-		return "unknown"
-	}
-	return strings.Join(f[:3], "/")
+	return "unknown"
 }

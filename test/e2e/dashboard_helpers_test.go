@@ -12,17 +12,16 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/chromedp/chromedp"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/rest"
 
-	"github.com/kargo-latch/kargo-latch/api/v1alpha1"
 	"github.com/kargo-latch/kargo-latch/test/browser"
+	"github.com/kargo-latch/kargo-latch/test/cluster"
 )
 
 // dashboardProcess is the real `kargo-latch dashboard` (bin/kargo-latch, which
@@ -37,16 +36,34 @@ type dashboardProcess struct {
 // dashboardReady is the dashboard's first line of stdout.
 var dashboardReady = regexp.MustCompile(`^kargo-latch dashboard: (http://localhost:(\d+)/) \(`)
 
-// startDashboard runs the dashboard for project ns as cfg's user on a free
-// port, and stops it when the test ends (after the test's tabs are closed).
+// startDashboard runs the dashboard for project ns (-n) as cfg's user on a
+// free port, and stops it when the test ends (after the test's tabs are
+// closed).
 func startDashboard(t *testing.T, cfg *rest.Config, ns string) *dashboardProcess {
+	t.Helper()
+	return runDashboard(t, writeKubeconfig(t, cfg), "-n", ns)
+}
+
+// startDashboardIn runs the dashboard without -n, as cfg's user with a
+// kubeconfig whose namespace is ns, as a person bound in one project runs
+// it.
+func startDashboardIn(t *testing.T, cfg *rest.Config, ns string) *dashboardProcess {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "kubeconfig")
+	must(t, cluster.WriteKubeconfig(path, cfg, ns))
+	return runDashboard(t, path)
+}
+
+// runDashboard runs bin/kargo-latch dashboard with the kubeconfig and the
+// flags given, on a free port.
+func runDashboard(t *testing.T, kubeconfig string, flags ...string) *dashboardProcess {
 	t.Helper()
 	bin := filepath.Join(env.cluster.Root, "bin", "kargo-latch")
 	if _, err := os.Stat(bin); err != nil {
 		t.Fatalf("%v: run `make build` (make e2e does) first", err)
 	}
 	d := &dashboardProcess{}
-	cmd := exec.Command(bin, "dashboard", "--kubeconfig", writeKubeconfig(t, cfg), "-n", ns, "--port", "0")
+	cmd := exec.Command(bin, append([]string{"dashboard", "--kubeconfig", kubeconfig, "--port", "0"}, flags...)...)
 	stdout, w, err := os.Pipe()
 	must(t, err)
 	cmd.Stdout, cmd.Stderr = w, &d.out
@@ -106,16 +123,43 @@ func (d *dashboardProcess) token(t *testing.T) string {
 	return string(m[1])
 }
 
-// chromium is a headless Chromium of one test's own.
+// chromium is the package's one headless Chromium, in which each test
+// opens tabs of its own: CI's two cores run one browser, not one per
+// parallel test.
 type chromium struct{ ctx context.Context }
 
-// newBrowser starts a Chromium, stopped when the test ends.
-func newBrowser(t *testing.T) chromium {
+// theBrowser is started by the first test that asks for it, and stopped by
+// stopBrowser when every test has run (TestMain's run).
+var theBrowser struct {
+	mu      sync.Mutex
+	started bool
+	ctx     context.Context
+	cancel  context.CancelFunc
+	err     error
+}
+
+// sharedBrowser returns the package's Chromium, started on the first call.
+func sharedBrowser(t *testing.T) chromium {
 	t.Helper()
-	ctx, cancel, err := browser.New(context.Background())
-	must(t, err)
-	t.Cleanup(cancel)
-	return chromium{ctx}
+	theBrowser.mu.Lock()
+	defer theBrowser.mu.Unlock()
+	if !theBrowser.started {
+		theBrowser.started = true
+		theBrowser.ctx, theBrowser.cancel, theBrowser.err = browser.New(context.Background())
+	}
+	must(t, theBrowser.err)
+	return chromium{theBrowser.ctx}
+}
+
+// stopBrowser stops the package's Chromium, if a test started it, and
+// waits until it is gone.
+func stopBrowser() {
+	theBrowser.mu.Lock()
+	defer theBrowser.mu.Unlock()
+	if theBrowser.cancel != nil {
+		theBrowser.cancel()
+		theBrowser.cancel = nil
+	}
 }
 
 // tab is one browser tab of a test, whose console errors are recorded from
@@ -133,8 +177,11 @@ func (c chromium) newTab(t *testing.T) *tab {
 	t.Helper()
 	b := c.openTab(t)
 	t.Cleanup(func() {
-		// Check's round trip brings in what the page logged so far.
-		err := b.console.Check(b.ctx)
+		// Check's round trip brings in what the page logged so far; bounded,
+		// as a page still loading never answers it.
+		check, cancel := context.WithTimeout(b.ctx, 10*time.Second)
+		err := b.console.Check(check)
+		cancel()
 		if n := len(b.console.Errors()) - len(b.unexpected()); n > 0 {
 			t.Logf("the page logged %d error(s) the test provoked: %q", n, b.console.Errors())
 		}
@@ -244,7 +291,11 @@ func (b *tab) waitBadge(ns, stage, want string) {
 // connected and has drawn the page.
 func (b *tab) open(url string) {
 	b.t.Helper()
-	b.do(chromedp.Navigate(url))
+	nav, cancel := context.WithTimeout(b.ctx, waitLimit)
+	defer cancel()
+	if err := chromedp.Do(nav, chromedp.Navigate(url)); err != nil {
+		b.t.Fatalf("loading %s: %v", url, err)
+	}
 	// The page is drawn once the feed is live and its first message drawn:
 	// a script error on the way (a feed that began before every script
 	// had run) is caught by the console check.
@@ -303,28 +354,6 @@ func markPaused(sel string) string {
 })()`, js(sel))
 }
 
-// firstPauseAppears watches the project's StagePauses and sends when the
-// first one appears in the API.
-func firstPauseAppears(t *testing.T, ns string) <-chan time.Time {
-	t.Helper()
-	wctx, cancel := context.WithCancel(ctx)
-	w, err := env.dyn.Resource(v1alpha1.StagePausesResource).Namespace(ns).Watch(wctx, metav1.ListOptions{})
-	must(t, err)
-	appeared := make(chan time.Time, 1)
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		for e := range w.ResultChan() {
-			if e.Type == watch.Added {
-				appeared <- time.Now()
-				return
-			}
-		}
-	}()
-	t.Cleanup(func() { cancel(); w.Stop(); <-done })
-	return appeared
-}
-
 // focused reports whether the focus is on the element sel matches.
 func (b *tab) focused(sel string) bool {
 	b.t.Helper()
@@ -344,42 +373,4 @@ func (b *tab) tooWide() string {
 	wide := evalJS[[]string](b, `[...document.querySelectorAll("main *")].filter((e) => e.getBoundingClientRect().right > document.documentElement.clientWidth + 1)
   .slice(-4).map((e) => e.tagName + " " + Math.round(e.getBoundingClientRect().width) + "px: " + e.textContent.trim().slice(0, 50))`)
 	return fmt.Sprintf("%dpx wide on a %dpx screen; wider than the screen: %q", w[0], w[1], wide)
-}
-
-// postAction posts a pause or resume body to the dashboard with the
-// headers given, to host (the URL's when ""), and returns the status.
-func postAction(t *testing.T, url, host string, headers map[string]string, body string) int {
-	t.Helper()
-	req, err := http.NewRequest(http.MethodPost, url, strings.NewReader(body))
-	must(t, err)
-	req.Header.Set("Content-Type", "application/json")
-	for k, v := range headers {
-		req.Header.Set(k, v)
-	}
-	if host != "" {
-		req.Host = host
-	}
-	res, err := http.DefaultClient.Do(req)
-	must(t, err)
-	_, _ = io.Copy(io.Discard, res.Body)
-	_ = res.Body.Close()
-	return res.StatusCode
-}
-
-// evilSite is another site on loopback whose page, once loaded, posts a
-// pause to the dashboard's action as a page may without CORS (no-cors, no
-// custom header), and says how its fetch ended in body[data-outcome].
-func evilSite(action string) http.Handler {
-	mux := http.NewServeMux()
-	mux.HandleFunc("GET /{$}", func(w http.ResponseWriter, _ *http.Request) {
-		w.Header().Set("Content-Type", "text/html; charset=utf-8")
-		fmt.Fprint(w, `<!doctype html><html><head><title>elsewhere</title><script src="/evil.js" defer></script></head><body>A page elsewhere.</body></html>`)
-	})
-	mux.HandleFunc("GET /evil.js", func(w http.ResponseWriter, _ *http.Request) {
-		w.Header().Set("Content-Type", "text/javascript")
-		fmt.Fprintf(w, `fetch(%s, {method: 'POST', mode: 'no-cors', body: '{"stage":"prod","reason":"Incident"}'})
-  .then((r) => { document.body.dataset.outcome = r.type; }, (e) => { document.body.dataset.outcome = 'error: ' + e; });`, js(action))
-	})
-	mux.HandleFunc("GET /favicon.ico", func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(http.StatusNoContent) })
-	return mux
 }

@@ -37,6 +37,10 @@ const (
 	// kubeconfig it is given: its user, kargoShardUser, is not a
 	// ServiceAccount, and not in the shipped gate's setting.
 	kargoShardToken = "kargo-shard-token"
+	// Bound to nothing cluster-wide: a test binds it per project, as
+	// people are (kargo-latch-pauser and kargo-latch-viewer in one
+	// namespace), to see the dashboard with a project's rights only.
+	oncallToken = "oncall-token"
 )
 
 // kargoShardUser is the sharded Kargo controller's username.
@@ -86,6 +90,7 @@ func run(m *testing.M) int {
 	defer w.cluster.Stop()
 	defer stopRollouts()
 	defer removeImageOperator()
+	defer stopBrowser()
 	fmt.Fprintln(os.Stderr, "e2e: using", w.cluster.CRDSource)
 	env = w
 	return m.Run()
@@ -102,6 +107,7 @@ func newWorld(ctx context.Context, opts cluster.Options, wrap func(http.RoundTri
 		kargoCtlToken+",system:serviceaccount:kargo:kargo-controller,kargo-controller,\"system:serviceaccounts,system:serviceaccounts:kargo\"",
 		kargoAPIToken+","+kargoAPIUser+",kargo-api,\"system:serviceaccounts,system:serviceaccounts:kargo\"",
 		kargoShardToken+","+kargoShardUser+","+kargoShardUser+",",
+		oncallToken+",oncall,oncall,",
 	)
 	c, err := cluster.Start(ctx, opts)
 	if err != nil {

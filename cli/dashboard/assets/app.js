@@ -60,6 +60,7 @@ function setConn(live) {
   const el = document.getElementById('conn');
   el.dataset.state = live ? 'live' : 'lost';
   el.textContent = live ? 'Live' : 'Reconnecting… (what you see may be old)';
+  if (live) renderNotice();
 }
 
 // dirty names what the messages since the last drawing changed: Stages by
@@ -404,11 +405,17 @@ function renderCrumbs(r) {
   document.getElementById('crumbs').innerHTML = parts.join(' › ');
 }
 
+// renderNotice shows what keeps the whole page from reading, apart from
+// #notice, which says what an action did; and tells #conn, so that "Live"
+// never claims every read succeeds.
 function renderNotice() {
   const global = state.problems[''];
-  const el = document.getElementById('notice');
-  if (global) { el.hidden = false; el.dataset.kind = 'problem'; el.textContent = '⚠ ' + global; }
-  else if (el.dataset.kind === 'problem') { el.hidden = true; }
+  const el = document.getElementById('problems');
+  el.hidden = !global;
+  el.textContent = global ? '⚠ ' + global : '';
+  const failing = Object.keys(state.problems).length > 0 || Object.values(state.access).some((a) => a && a.readWhy && a.readWhy.length);
+  const conn = document.getElementById('conn');
+  if (state.live) conn.textContent = failing ? 'Live — some reads fail (see the warnings)' : 'Live';
 }
 
 function say(text, kind) {
