@@ -15,9 +15,9 @@ import (
 // then only the Stages and pauses whose encoding changed since what it was
 // last sent: with a thousand Stages, a pause sends one Stage, not all.
 type hub struct {
-	mu       sync.Mutex
-	stages   map[string][]byte
-	pauses   map[string][]byte
+	mu     sync.Mutex
+	stages map[string][]byte
+	pauses map[string][]byte
 	// versions are the Stages' Versions, which spare encoding them again.
 	versions map[string]string
 	problems map[string]string
