@@ -117,14 +117,21 @@ func (f *feed) projects(ctx context.Context) ([]string, error) {
 	// Everywhere at once only where both Stages and their pauses may be
 	// listed everywhere: people are often bound per project for pauses.
 	_, err := f.client.Resource(kargo.StagesResource).List(ctx, metav1.ListOptions{Limit: 1})
-	if err == nil {
+	stagesEverywhere := err == nil
+	if stagesEverywhere {
 		_, err = f.client.Resource(v1alpha1.StagePausesResource).List(ctx, metav1.ListOptions{Limit: 1})
+		if apierrors.IsNotFound(err) { // no StagePause CRD: the Stages alone, said per project
+			err = nil
+		}
 	}
 	if err == nil {
 		return []string{metav1.NamespaceAll}, nil
 	}
 	if !apierrors.IsForbidden(err) {
 		return nil, err
+	}
+	if stagesEverywhere { // the pauses per project: the projects are where the Stages are
+		return f.stageNamespaces(ctx)
 	}
 	l, err := f.client.Resource(projectsResource).List(ctx, metav1.ListOptions{})
 	if err != nil {
@@ -140,6 +147,27 @@ func (f *feed) projects(ctx context.Context) ([]string, error) {
 	}
 	if len(out) == 0 {
 		return nil, fmt.Errorf("you may read the Stages of none of the %d Kargo projects", len(l.Items))
+	}
+	return out, nil
+}
+
+// stageNamespaces are the namespaces holding Stages, read from one list of
+// them all (names only would do; the API server sends them whole).
+func (f *feed) stageNamespaces(ctx context.Context) ([]string, error) {
+	l, err := f.client.Resource(kargo.StagesResource).List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return nil, err
+	}
+	var out []string
+	for _, u := range l.Items {
+		if !slices.Contains(out, u.GetNamespace()) {
+			out = append(out, u.GetNamespace())
+		}
+	}
+	sort.Strings(out)
+	if len(out) == 0 {
+		f.problems[""] = "No Stages in any namespace yet; a project created later shows after a restart of the dashboard."
+		return []string{f.fallback}, nil
 	}
 	return out, nil
 }
@@ -182,7 +210,7 @@ func (f *feed) snapshot() dashboard.Snapshot {
 	pauses := pausesOf(objectsOf(f.pauses))
 	aliases := freightAliases(objectsOf(f.freight))
 	warnings := recentWarnings(objectsOf(f.warnings), time.Now())
-	s := dashboard.Snapshot{Problems: f.health.problems(f.problems)}
+	s := dashboard.Snapshot{Problems: f.health.problems(f.problems), Failing: f.health.anyFailing()}
 	if f.judged == nil {
 		f.judged = map[string]judged{}
 	}
@@ -251,7 +279,7 @@ func (f *feed) judge(u *unstructured.Unstructured, pauses []v1alpha1.StagePause)
 func warningsSig(events []dashboard.Event) string {
 	var b strings.Builder
 	for _, e := range events {
-		fmt.Fprintf(&b, "%s/%d/%d;", e.Reason, e.Count, e.Last.UnixNano())
+		fmt.Fprintf(&b, "%s/%d/%d/%s;", e.Reason, e.Count, e.Last.UnixNano(), e.Message)
 	}
 	return b.String()
 }
@@ -300,7 +328,16 @@ func recentWarnings(events []*unstructured.Unstructured, now time.Time) map[stri
 		out[k] = append(out[k], e)
 	}
 	for k, list := range out {
-		sort.SliceStable(list, func(i, j int) bool { return list[i].Last.After(list[j].Last) })
+		// Newest first; the same moment (Events have whole seconds) by
+		// reason and message, so that the three shown do not change with
+		// the cache's order.
+		sort.Slice(list, func(i, j int) bool {
+			a, b := list[i], list[j]
+			if !a.Last.Equal(b.Last) {
+				return a.Last.After(b.Last)
+			}
+			return a.Reason+a.Message < b.Reason+b.Message
+		})
 		out[k] = list[:min(len(list), maxWarnings)]
 	}
 	return out

@@ -160,3 +160,36 @@ func TestDashboardReadHealth(t *testing.T) {
 		t.Errorf("problems %v, want the static one alone once the watch reads again", got)
 	}
 }
+
+// Stages readable everywhere but pauses only per project: the projects are
+// where the Stages are, each watched on its own; without the StagePause
+// CRD, everywhere at once.
+func TestDashboardProjectsWhenPausesArePerProject(t *testing.T) {
+	for _, c := range []struct {
+		name  string
+		err   error
+		wants []string
+	}{
+		{"pauses refused everywhere", apierrors.NewForbidden(v1alpha1.StagePausesResource.GroupResource(), "", nil), []string{"a", "b"}},
+		{"no StagePause CRD", apierrors.NewNotFound(v1alpha1.StagePausesResource.GroupResource(), ""), []string{""}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			client := fakeClient(feedObject(kargo.StagesResource, "Stage", "b", "prod", nil), feedObject(kargo.StagesResource, "Stage", "a", "prod", nil),
+				feedObject(kargo.StagesResource, "Stage", "a", "qa", nil))
+			client.PrependReactor("list", "stagepauses", func(a k8stesting.Action) (bool, runtime.Object, error) {
+				if a.GetNamespace() == "" {
+					return true, nil, c.err
+				}
+				return false, nil, nil
+			})
+			f := &feed{client: client, fallback: "default", problems: map[string]string{}}
+			got, err := f.projects(context.Background())
+			if err != nil {
+				t.Fatal(err)
+			}
+			if d := cmp.Diff(c.wants, got); d != "" {
+				t.Errorf("projects (-want +got):\n%s", d)
+			}
+		})
+	}
+}

@@ -63,6 +63,13 @@ func readError(err error) string {
 	return "the API server does not answer: " + err.Error()
 }
 
+// anyFailing reports whether any watch fails now.
+func (h *readHealth) anyFailing() bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return len(h.failing) > 0
+}
+
 // failingIn reports whether resource cannot be read in ns now.
 func (h *readHealth) failingIn(resource, ns string) bool {
 	h.mu.Lock()

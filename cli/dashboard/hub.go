@@ -21,6 +21,7 @@ type hub struct {
 	// versions are the Stages' Versions, which spare encoding them again.
 	versions map[string]string
 	problems map[string]string
+	failing  bool
 	access   map[string]Access
 	// version counts the changes; each subscriber waits for a newer one.
 	version uint64
@@ -76,8 +77,8 @@ func (h *hub) update(s Snapshot) error {
 	defer h.mu.Unlock()
 	// Both keeps run: each makes its map share the unchanged values.
 	stagesChanged, pausesChanged := keep(h.stages, stages), keep(h.pauses, pauses)
-	changed := stagesChanged || pausesChanged || !maps.Equal(h.problems, s.Problems)
-	h.stages, h.pauses, h.problems, h.versions = stages, pauses, s.Problems, versions
+	changed := stagesChanged || pausesChanged || !maps.Equal(h.problems, s.Problems) || h.failing != s.Failing
+	h.stages, h.pauses, h.problems, h.versions, h.failing = stages, pauses, s.Problems, versions, s.Failing
 	if changed {
 		h.bump()
 	}
@@ -151,6 +152,7 @@ type message struct {
 	Stages   map[string]json.RawMessage `json:"stages"`
 	Pauses   map[string]json.RawMessage `json:"pauses"`
 	Problems map[string]string          `json:"problems"`
+	Failing  bool                       `json:"failing"`
 	Access   map[string]Access          `json:"access"`
 	Now      time.Time                  `json:"now"`
 }
@@ -163,7 +165,7 @@ func (h *hub) next(v *view, now time.Time) (*message, <-chan struct{}) {
 	if v.stages != nil && v.version == h.version {
 		return nil, h.wake
 	}
-	m := &message{Full: v.stages == nil, Problems: h.problems, Access: h.access, Now: now,
+	m := &message{Full: v.stages == nil, Problems: h.problems, Failing: h.failing, Access: h.access, Now: now,
 		Stages: diff(v.stages, h.stages), Pauses: diff(v.pauses, h.pauses)}
 	v.version, v.stages, v.pauses = h.version, h.stages, h.pauses
 	return m, h.wake

@@ -24,6 +24,8 @@ type Snapshot struct {
 	// Problems are what kept part of the view from being read, by project
 	// ("" for all of them): a missing right, a missing CRD.
 	Problems map[string]string
+	// Failing: some watch fails now (Problems also hold notes from start).
+	Failing bool
 }
 
 // Stage is one Stage as the page shows it.

@@ -22,27 +22,43 @@ let layoutKey = '';
 // the feed anew.
 
 const channel = 'BroadcastChannel' in window && navigator.locks ? new BroadcastChannel('kargo-latch-feed') : null;
+const tabID = Math.random().toString(36).slice(2);
 let leading = false;
+let haveFull = false; // a tab shows nothing as live before a full state
 
 function connect() {
   if (!channel) return openFeed();
   channel.onmessage = (e) => {
     const m = e.data || {};
-    if (m.kind === 'hello' && leading) channel.postMessage({ kind: 'state', body: everything(), live: state.live });
-    else if (m.kind === 'state' && !leading) { apply(m.body); setConn(m.live); }
-    else if (m.kind === 'conn' && !leading) setConn(m.live);
+    if (m.kind === 'hello' && leading && haveFull) channel.postMessage({ kind: 'state', to: m.from, body: everything(), live: state.live });
+    else if (m.kind === 'state' && !leading && (!m.to || m.to === tabID) && (haveFull || m.body.full)) {
+      haveFull = true;
+      apply(m.body);
+      setConn(m.live);
+    } else if (m.kind === 'conn' && !leading && haveFull) setConn(m.live);
   };
-  channel.postMessage({ kind: 'hello' });
-  // Held for as long as this tab lives: the promise never settles.
-  navigator.locks.request('kargo-latch-feed', () => new Promise(() => { leading = true; openFeed(); }));
+  channel.postMessage({ kind: 'hello', from: tabID });
+  // Held for as long as this tab lives: the promise never settles. The
+  // tabs are told the feed is being reopened, until its full state comes.
+  navigator.locks.request('kargo-latch-feed', () => new Promise(() => {
+    leading = true;
+    setConn(false);
+    openFeed();
+  }));
 }
 
+// openFeed reads the live feed; a feed the server ended for good (an
+// answer that is not a stream) is opened again after a pause.
 function openFeed() {
   const feed = new EventSource('/api/live');
   feed.onopen = () => setConn(true);
-  feed.onerror = () => setConn(false);
+  feed.onerror = () => {
+    setConn(false);
+    if (feed.readyState === EventSource.CLOSED) setTimeout(openFeed, 5000);
+  };
   feed.onmessage = (e) => {
     const m = JSON.parse(e.data);
+    if (m.full) haveFull = true;
     apply(m);
     if (channel) channel.postMessage({ kind: 'state', body: m, live: true });
   };
@@ -55,7 +71,7 @@ function everything() {
 }
 
 function setConn(live) {
-  if (leading && channel && live !== state.live) channel.postMessage({ kind: 'conn', live });
+  if (leading && channel) channel.postMessage({ kind: 'conn', live });
   state.live = live;
   const el = document.getElementById('conn');
   el.dataset.state = live ? 'live' : 'lost';
@@ -84,6 +100,7 @@ function apply(m) {
   }
   state.access = access;
   state.problems = m.problems || {};
+  state.failing = Boolean(m.failing);
   state.skew = Date.parse(m.now) - Date.now();
   render();
 }
@@ -413,7 +430,7 @@ function renderNotice() {
   const el = document.getElementById('problems');
   el.hidden = !global;
   el.textContent = global ? '⚠ ' + global : '';
-  const failing = Object.keys(state.problems).length > 0 || Object.values(state.access).some((a) => a && a.readWhy && a.readWhy.length);
+  const failing = state.failing || Object.values(state.access).some((a) => a && a.readWhy && a.readWhy.length);
   const conn = document.getElementById('conn');
   if (state.live) conn.textContent = failing ? 'Live — some reads fail (see the warnings)' : 'Live';
 }
@@ -424,6 +441,10 @@ function say(text, kind) {
   el.dataset.kind = kind;
   el.textContent = text;
 }
+
+// A page restored from the back/forward cache may be old and hold the
+// feed's lock: it starts over.
+addEventListener('pageshow', (e) => e.persisted && location.reload());
 
 window.kargoLatch = { state, render, say, timeText, esc, url, cardHTML, button, projectHeadHTML, timeHTML, pauseHTML, madeBy, main };
 // The feed starts once every script has run (stage.js draws Stage pages).
