@@ -82,7 +82,7 @@ func (o *dashboardOptions) run(ctx context.Context, kube *kubeFlags, out io.Writ
 		Watch:   f.watch,
 		Act:     &actor{client: client},
 		Ready: func(url string) {
-			fmt.Fprintf(out, "kargo-latch dashboard: %s (acting as your kubeconfig's user; Ctrl-C stops it)\n", url)
+			fmt.Fprintf(out, "%s%s (acting as your kubeconfig's user; Ctrl-C stops it)\n", dashboard.ServingPrefix, url)
 			if o.open {
 				openBrowser(url, out)
 			}

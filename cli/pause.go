@@ -73,9 +73,6 @@ func (o *pauseOptions) run(ctx context.Context, kube *kubeFlags, pos []string, o
 	}
 	name, err := createPause(ctx, client, ns, stage, reason, message)
 	if err != nil {
-		if errors.Is(err, errNoStage) {
-			return err
-		}
 		return explain(err, "create", ns, "kargo-latch-pauser")
 	}
 	what := "Stage " + stage + " is"
@@ -86,12 +83,9 @@ func (o *pauseOptions) run(ctx context.Context, kube *kubeFlags, pos []string, o
 	return err
 }
 
-// errNoStage is createPause's error for a Stage that does not exist.
-var errNoStage = errors.New("no such Stage")
-
 // createPause makes the StagePause that pauses stage (AllStages: the
 // project) and returns its name; the CLI's pause and the dashboard's. A
-// Stage that does not exist is refused (errNoStage); one the user may not
+// Stage that does not exist is refused; one the user may not
 // read is paused all the same, since pausing needs no right on Stages.
 // The pause says who made it (PausedByAnnotation), as the API server names
 // the user, for people to read.
@@ -99,7 +93,7 @@ func createPause(ctx context.Context, client dynamic.Interface, ns, stage, reaso
 	if stage != v1alpha1.AllStages {
 		if _, err := client.Resource(kargo.StagesResource).Namespace(ns).Get(ctx, stage, metav1.GetOptions{}); err != nil {
 			if apierrors.IsNotFound(err) {
-				return "", fmt.Errorf("%w %s in project %s", errNoStage, stage, ns)
+				return "", fmt.Errorf("no such Stage %s in project %s", stage, ns)
 			}
 			if !apierrors.IsForbidden(err) {
 				return "", err

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"strings"
 	"time"
 
 	"k8s.io/klog/v2"
@@ -13,6 +14,21 @@ import (
 
 // DefaultPort is the dashboard's port unless --port says otherwise.
 const DefaultPort = 3100
+
+// ServingPrefix begins the first line the CLI prints once the page serves,
+// followed by its address and a space: scripts (the demo, the tests, the
+// bench) read the address from it.
+const ServingPrefix = "kargo-latch dashboard: "
+
+// AddressIn is the page's address in the CLI's first line, or "".
+func AddressIn(line string) string {
+	rest, ok := strings.CutPrefix(line, ServingPrefix)
+	if !ok {
+		return ""
+	}
+	address, _, _ := strings.Cut(strings.TrimSpace(rest), " ")
+	return address
+}
 
 // Options are what the CLI gives the page: its reading of the cluster and
 // its actions, all with the user's own credentials.

@@ -164,11 +164,7 @@ func (b *bench) setUp(ctx context.Context) error {
 }
 
 func (b *bench) createStages(ctx context.Context, ns string, n int, busy bool) ([]*driver.Stage, error) {
-	stages := make([]*driver.Stage, n)
-	errs := make(chan error, n)
-	sem := make(chan struct{}, 16)
-	var wg sync.WaitGroup
-	for i := range n {
+	return createEach(n, func(i int) (*driver.Stage, error) {
 		var opts []driver.StageOption
 		if b.o.shards > 0 {
 			opts = append(opts, driver.WithShard(shardName(i%b.o.shards)))
@@ -180,20 +176,32 @@ func (b *bench) createStages(ctx context.Context, ns string, n int, busy bool) (
 		if busy && b.verifies(i) {
 			opts = b.verify.stageOptions(annotations, opts)
 		}
+		s, err := b.kargo.CreateStage(ctx, ns, fmt.Sprintf("stage-%05d", i), annotations, opts...)
+		if err != nil {
+			return s, err
+		}
+		if busy {
+			return s, s.WriteBusyStatus(ctx, kargo.HealthHealthy)
+		}
+		if _, err := s.FinishPromotion(ctx, "Succeeded"); err != nil {
+			return s, err
+		}
+		return s, s.SetHealth(ctx, kargo.HealthHealthy)
+	})
+}
+
+// createEach creates n Stages with create(i), 16 at a time, and returns
+// them in order, or the first error.
+func createEach(n int, create func(i int) (*driver.Stage, error)) ([]*driver.Stage, error) {
+	stages := make([]*driver.Stage, n)
+	errs := make(chan error, n)
+	sem := make(chan struct{}, 16)
+	var wg sync.WaitGroup
+	for i := range n {
 		wg.Go(func() {
 			sem <- struct{}{}
 			defer func() { <-sem }()
-			s, err := b.kargo.CreateStage(ctx, ns, fmt.Sprintf("stage-%05d", i), annotations, opts...)
-			if err == nil {
-				if busy {
-					err = s.WriteBusyStatus(ctx, kargo.HealthHealthy)
-				} else {
-					_, err = s.FinishPromotion(ctx, "Succeeded")
-					if err == nil {
-						err = s.SetHealth(ctx, kargo.HealthHealthy)
-					}
-				}
-			}
+			s, err := create(i)
 			stages[i] = s
 			errs <- err
 		})

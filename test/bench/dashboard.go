@@ -11,10 +11,8 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"slices"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"time"
 
@@ -24,6 +22,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/kargo-latch/kargo-latch/api"
+	clidashboard "github.com/kargo-latch/kargo-latch/cli/dashboard"
 	"github.com/kargo-latch/kargo-latch/kargo"
 	"github.com/kargo-latch/kargo-latch/latch"
 	"github.com/kargo-latch/kargo-latch/test/driver"
@@ -133,7 +132,7 @@ func (b *bench) dashboard(ctx context.Context) ([]row, error) {
 	}
 
 	pp, sp := percentiles(pages), percentiles(statuses)
-	cp, wp := quantiles(ch.page), quantiles(ch.watch)
+	cp, wp := percentiles(ch.page), percentiles(ch.watch)
 	of := fmt.Sprintf("%d Stages", n)
 	return []row{
 		{figure: "D1. dashboard first page, " + of + " (navigation → every card painted)",
@@ -142,8 +141,8 @@ func (b *bench) dashboard(ctx context.Context) ([]row, error) {
 			ratio:    fmt.Sprintf("p50 %.2f×", float64(pp.p50)/float64(sp.p50)),
 			goal:     "every tab < 1 s", met: pp.max < time.Second},
 		{figure: "D2. dashboard change, " + of + " (StagePause created → card painted paused)",
-			value:    fmt.Sprintf("%s (load %s)", cp, load2),
-			baseline: "plain watch of stagepauses " + wp.String(),
+			value:    fmt.Sprintf("%s (load %s)", cp.withP95(), load2),
+			baseline: "plain watch of stagepauses " + wp.withP95(),
 			ratio:    fmt.Sprintf("p95 %.0f×", float64(cp.p95)/float64(max(wp.p95, time.Millisecond))),
 			goal:     "p95 < 1 s", met: cp.p95 < time.Second},
 		{figure: "D3. dashboard memory, " + of,
@@ -161,37 +160,20 @@ func (b *bench) dashboard(ctx context.Context) ([]row, error) {
 // from the Stage one column up (the first column from the Warehouse).
 func (b *bench) createDashboardStages(ctx context.Context, n int) ([]*driver.Stage, error) {
 	perColumn := (n + dashColumns - 1) / dashColumns
-	stages := make([]*driver.Stage, n)
-	errs := make(chan error, n)
-	sem := make(chan struct{}, 16)
-	var wg sync.WaitGroup
-	for i := range n {
+	return createEach(n, func(i int) (*driver.Stage, error) {
 		opts := []driver.StageOption{driver.WithBusyApps()}
 		if i >= perColumn {
 			opts = append(opts, fromStage(fmt.Sprintf("stage-%05d", i-perColumn)))
 		}
-		wg.Go(func() {
-			sem <- struct{}{}
-			defer func() { <-sem }()
-			s, err := b.kargo.CreateStage(ctx, dashNS, fmt.Sprintf("stage-%05d", i), map[string]string{api.PauseOnFailureAnnotation: "true"}, opts...)
-			if err == nil {
-				err = s.WriteBusyStatus(ctx, kargo.HealthHealthy)
-			}
-			if err == nil {
-				err = b.writeLatchedRecord(ctx, s)
-			}
-			stages[i] = s
-			errs <- err
-		})
-	}
-	wg.Wait()
-	close(errs)
-	for err := range errs {
-		if err != nil {
-			return nil, err
+		s, err := b.kargo.CreateStage(ctx, dashNS, fmt.Sprintf("stage-%05d", i), map[string]string{api.PauseOnFailureAnnotation: "true"}, opts...)
+		if err == nil {
+			err = s.WriteBusyStatus(ctx, kargo.HealthHealthy)
 		}
-	}
-	return stages, nil
+		if err == nil {
+			err = b.writeLatchedRecord(ctx, s)
+		}
+		return s, err
+	})
 }
 
 // fromStage makes the Stage request its Freight from upstream, not from the
@@ -278,15 +260,13 @@ func (b *bench) startDashboard(ctx context.Context) (*dashProc, error) {
 		_, _ = io.Copy(log, r)
 	}()
 	go func() { _ = d.cmd.Wait(); _ = log.Close(); close(d.done) }()
-	const prefix = "kargo-latch dashboard: "
 	select {
 	case line := <-lines:
 		d.ready = time.Since(t0)
-		if !strings.HasPrefix(line, prefix) {
+		if d.url = clidashboard.AddressIn(line); d.url == "" {
 			d.stop()
 			return nil, fmt.Errorf("the dashboard said %q, not its address (its log: %s)", line, filepath.Join(b.c.Dir, "dashboard.log"))
 		}
-		d.url, _, _ = strings.Cut(strings.TrimPrefix(line, prefix), " ")
 		return d, nil
 	case <-time.After(5 * time.Minute):
 	case <-ctx.Done():
@@ -335,26 +315,6 @@ func (b *bench) statusOnce(ctx context.Context, n int) (statusRun, error) {
 	}
 	return r, nil
 }
-
-// quants are p50, p95 and the maximum.
-type quants struct {
-	p50, p95, max time.Duration
-	n             int
-}
-
-func quantiles(d []time.Duration) quants {
-	s := slices.Clone(d)
-	slices.Sort(s)
-	at := func(q float64) time.Duration { return s[min(len(s)-1, int(q*float64(len(s))))] }
-	return quants{p50: at(0.5), p95: at(0.95), max: s[len(s)-1], n: len(s)}
-}
-
-func (q quants) String() string {
-	return fmt.Sprintf("p50 %v, p95 %v, max %v (%d samples)", ms(q.p50), ms(q.p95), ms(q.max), q.n)
-}
-
-// ms rounds to 0.1 ms for the report.
-func ms(d time.Duration) time.Duration { return d.Round(100 * time.Microsecond) }
 
 // procMem is a process's resident memory now and at its peak.
 type procMem struct{ rss, hwm int64 }

@@ -22,6 +22,7 @@ import (
 
 	"github.com/kargo-latch/kargo-latch/api/v1alpha1"
 	"github.com/kargo-latch/kargo-latch/test/browser"
+	"github.com/kargo-latch/kargo-latch/test/cluster"
 	"github.com/kargo-latch/kargo-latch/test/driver"
 )
 
@@ -204,7 +205,7 @@ func sayFirstPageSplit(pages []firstPage) {
 		msg, render, paint = append(msg, p.message), append(render, p.dom-p.message), append(paint, p.painted-p.dom)
 	}
 	say("   split: navigation → full message in %v; → every card in the DOM (JSON.parse, render) %v; → painted (style, layout, paint) %v",
-		quantiles(msg), quantiles(render), quantiles(paint))
+		percentiles(msg).withP95(), percentiles(render).withP95(), percentiles(paint).withP95())
 	for i, p := range pages {
 		say("   tab %d's main thread until painted: %v", i+1, p.work)
 	}
@@ -266,7 +267,7 @@ func (br *dashBrowser) waitPaused(ctx context.Context, key string, offset time.D
 // 1600x1000, to dist/screenshots/<name>.png: a whole-page shot of 1,000
 // cards would be taller than Chromium can render at once.
 func (br *dashBrowser) screenshot(ctx context.Context, name string) error {
-	root, err := browser.RepoRoot()
+	root, err := cluster.RepoRoot()
 	if err != nil {
 		return err
 	}
@@ -352,10 +353,10 @@ func (b *bench) dashboardChanges(ctx context.Context, br *dashBrowser, stages []
 		say("   the page's main thread during the changes (its 5 s refresh of the times included), per change: JavaScript %v, style %v, layout %v; all tasks %v",
 			ms(w.script/time.Duration(len(c.page))), ms(w.style/time.Duration(len(c.page))), ms(w.layout/time.Duration(len(c.page))), ms(w.tasks/time.Duration(len(c.page))))
 	}
-	say("   the create's round trip (before the figures' start) %v", quantiles(request))
+	say("   the create's round trip (before the figures' start) %v", percentiles(request).withP95())
 	say("   split: the create's answer → the page's message in %v; → the card in the DOM (parse, render) %v; → painted %v",
-		quantiles(server), quantiles(parse), quantiles(paint))
-	say("   painted − the StagePause's creationTimestamp (whole seconds, so up to 1 s more): %v", quantiles(sinceStamp))
+		percentiles(server).withP95(), percentiles(parse).withP95(), percentiles(paint).withP95())
+	say("   painted − the StagePause's creationTimestamp (whole seconds, so up to 1 s more): %v", percentiles(sinceStamp).withP95())
 	return c, nil
 }
 

@@ -9,7 +9,6 @@ package browser
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -21,6 +20,8 @@ import (
 	"github.com/chromedp/cdproto/log"
 	"github.com/chromedp/cdproto/runtime"
 	"github.com/chromedp/chromedp"
+
+	"github.com/kargo-latch/kargo-latch/test/cluster"
 )
 
 // ChromiumEnv names the environment variable that picks the browser binary
@@ -160,7 +161,7 @@ func Screenshot(ctx context.Context, name string) error {
 	if name == "" || name != filepath.Base(name) || strings.HasPrefix(name, ".") {
 		return fmt.Errorf("screenshot name %q: want a plain file name, without a directory", name)
 	}
-	root, err := RepoRoot()
+	root, err := cluster.RepoRoot()
 	if err != nil {
 		return err
 	}
@@ -173,33 +174,6 @@ func Screenshot(ctx context.Context, name string) error {
 		return err
 	}
 	return os.WriteFile(filepath.Join(dir, name+".png"), png, 0o644)
-}
-
-// RepoRoot finds the repository's root from the working directory (a test's
-// package directory, or the root for `go run ./test/bench`): the nearest
-// directory upwards holding go.mod next to latch/, so that the modules of
-// their own under test/tools and hack/ are passed by. KARGO_LATCH_ROOT
-// overrides it, as it does for test/cluster.
-func RepoRoot() (string, error) {
-	if root := os.Getenv("KARGO_LATCH_ROOT"); root != "" {
-		return root, nil
-	}
-	dir, err := os.Getwd()
-	if err != nil {
-		return "", err
-	}
-	for {
-		_, errMod := os.Stat(filepath.Join(dir, "go.mod"))
-		_, errLatch := os.Stat(filepath.Join(dir, "latch"))
-		if errMod == nil && errLatch == nil {
-			return dir, nil
-		}
-		parent := filepath.Dir(dir)
-		if parent == dir {
-			return "", errors.New("cannot find the kargo-latch repository root (go.mod next to latch/) above the working directory")
-		}
-		dir = parent
-	}
 }
 
 // tail keeps the last max bytes the browser printed, for the error when it

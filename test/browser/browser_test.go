@@ -14,6 +14,8 @@ import (
 
 	"github.com/chromedp/chromedp"
 	"github.com/chromedp/chromedp/kb"
+
+	"github.com/kargo-latch/kargo-latch/test/cluster"
 )
 
 // The tests share one browser, as the e2e tests will: TestMain starts it.
@@ -153,7 +155,7 @@ func TestButtonByKeyboardAndMouse(t *testing.T) {
 // checkPNG checks the screenshot is a PNG as wide as the viewport.
 func checkPNG(t *testing.T, name string, width int) {
 	t.Helper()
-	root, err := RepoRoot()
+	root, err := cluster.RepoRoot()
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -9,6 +9,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	clidashboard "github.com/kargo-latch/kargo-latch/cli/dashboard"
 )
 
 // dashboard is `kargo-latch dashboard`, run as lead (kargo-latch-resumer,
@@ -65,8 +67,8 @@ func (d *demo) runDashboard(port string) (*dashboard, error) {
 	}()
 	select {
 	case line, ok := <-lines:
-		if url, found := strings.CutPrefix(line, "kargo-latch dashboard: "); ok && found {
-			return &dashboard{cmd: cmd, url: strings.Fields(url)[0]}, nil
+		if url := clidashboard.AddressIn(line); ok && url != "" {
+			return &dashboard{cmd: cmd, url: url}, nil
 		}
 		_ = cmd.Wait()
 		b, _ := os.ReadFile(log.Name())

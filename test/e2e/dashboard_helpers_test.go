@@ -20,6 +20,7 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/client-go/rest"
 
+	"github.com/kargo-latch/kargo-latch/cli/dashboard"
 	"github.com/kargo-latch/kargo-latch/test/browser"
 	"github.com/kargo-latch/kargo-latch/test/cluster"
 )
@@ -34,7 +35,7 @@ type dashboardProcess struct {
 }
 
 // dashboardReady is the dashboard's first line of stdout.
-var dashboardReady = regexp.MustCompile(`^kargo-latch dashboard: (http://localhost:(\d+)/) \(`)
+var dashboardReady = regexp.MustCompile(`^` + regexp.QuoteMeta(dashboard.ServingPrefix) + `(http://localhost:(\d+)/) \(`)
 
 // startDashboard runs the dashboard for project ns (-n) as cfg's user on a
 // free port, and stops it when the test ends (after the test's tabs are
@@ -47,6 +48,16 @@ func startDashboard(t *testing.T, cfg *rest.Config, ns string) *dashboardProcess
 // startDashboardIn runs the dashboard without -n, as cfg's user with a
 // kubeconfig whose namespace is ns, as a person bound in one project runs
 // it.
+// openDashboard starts the dashboard as cfg's user for project ns and
+// opens it in a new tab of the shared browser, its feed drawn.
+func openDashboard(t *testing.T, cfg *rest.Config, ns string) *tab {
+	t.Helper()
+	d := startDashboard(t, cfg, ns)
+	page := sharedBrowser(t).newTab(t)
+	page.open(d.url)
+	return page
+}
+
 func startDashboardIn(t *testing.T, cfg *rest.Config, ns string) *dashboardProcess {
 	t.Helper()
 	path := filepath.Join(t.TempDir(), "kubeconfig")

@@ -149,9 +149,7 @@ func TestDashboardSaysWhenItCannotRead(t *testing.T) {
 	viewer := bindInProject(t, ns, "oncall", "kargo-latch-viewer")
 	waitMay(t, oncall, ns, "the pauser and viewer RoleBindings", access{"create", v1alpha1.GroupVersion.Group, "stagepauses"}, access{"list", kargoGroup, "stages"})
 
-	d := startDashboard(t, oncall, ns)
-	page := sharedBrowser(t).newTab(t)
-	page.open(d.url)
+	page := openDashboard(t, oncall, ns)
 	page.waitBadge(ns, "prod", "Not paused")
 	if got := evalJS[string](page, problemsShown); got != "" {
 		t.Fatalf("a problem shown before any right was taken: %q", got)

@@ -28,9 +28,7 @@ func TestDashboardPauserPausesByClicking(t *testing.T) {
 	t.Parallel()
 	ns := env.newProject(t)
 	env.createStage(t, ns, "prod", nil)
-	d := startDashboard(t, env.cluster.UserConfig(devToken), ns)
-	page := sharedBrowser(t).newTab(t)
-	page.open(d.url)
+	page := openDashboard(t, env.cluster.UserConfig(devToken), ns)
 	page.waitBadge(ns, "prod", "Not paused")
 
 	page.do(chromedp.Click(chromedp.CSS(card(ns, "prod") + ` button[data-action="pause"]`)))
@@ -71,9 +69,7 @@ func TestDashboardPauserCannotResume(t *testing.T) {
 	ns := env.newProject(t)
 	env.createStage(t, ns, "prod", nil)
 	must(t, createPause(env.dev, pause(ns, "dev-pause", "prod", "Incident")))
-	d := startDashboard(t, env.cluster.UserConfig(devToken), ns)
-	page := sharedBrowser(t).newTab(t)
-	page.open(d.url)
+	page := openDashboard(t, env.cluster.UserConfig(devToken), ns)
 	page.waitBadge(ns, "prod", "Paused — Incident")
 
 	resume := card(ns, "prod") + ` button[data-action="resume"]`
@@ -122,9 +118,7 @@ func TestDashboardResumerResumesAndHoldsStay(t *testing.T) {
 	// The on-call rolls back while paused: Kargo holds the Warehouse.
 	rollback := rollBack(t, prod, good)
 
-	d := startDashboard(t, env.cluster.UserConfig(resumerToken), ns)
-	page := sharedBrowser(t).newTab(t)
-	page.open(d.url)
+	page := openDashboard(t, env.cluster.UserConfig(resumerToken), ns)
 	page.waitBadge(ns, "prod", "Paused — Incident")
 	for _, part := range []string{"Warehouse/warehouse", good[:12], "kubernetes:dev"} {
 		page.waitText(field(ns, "prod", "holds"), part)
@@ -154,9 +148,7 @@ func TestDashboardShowsAFailurePauseLive(t *testing.T) {
 	startOperator(t, ns, fastSettings())
 	prod := env.createStage(t, ns, "prod", map[string]string{api.PauseOnFailureAnnotation: "true", api.DegradedGraceAnnotation: "1s"})
 	promoteAndLatch(t, prod)
-	d := startDashboard(t, env.cluster.UserConfig(resumerToken), ns)
-	page := sharedBrowser(t).newTab(t)
-	page.open(d.url)
+	page := openDashboard(t, env.cluster.UserConfig(resumerToken), ns)
 	page.waitText(field(ns, "prod", "phase"), "Latched")
 	page.waitBadge(ns, "prod", "Not paused")
 
@@ -197,9 +189,7 @@ func TestDashboardProjectPauseAndResume(t *testing.T) {
 	stages := []string{"qa", "prod"}
 	env.createStage(t, ns, "qa", nil)
 	env.createStage(t, ns, "prod", nil)
-	d := startDashboard(t, env.cluster.UserConfig(leadToken), ns)
-	page := sharedBrowser(t).newTab(t)
-	page.open(d.url)
+	page := openDashboard(t, env.cluster.UserConfig(leadToken), ns)
 	head := fmt.Sprintf(`[data-project-head="%s"]`, ns)
 	page.do(chromedp.Click(chromedp.CSS(head + ` button.danger.big[data-action="pause-project"]`)))
 	page.waitJS("the project dialog to open", `document.getElementById("project-dialog").open`)
@@ -242,9 +232,7 @@ func TestDashboardKeyboardOnly(t *testing.T) {
 	t.Parallel()
 	ns := env.newProject(t)
 	env.createStage(t, ns, "prod", nil)
-	d := startDashboard(t, env.cluster.UserConfig(devToken), ns)
-	page := sharedBrowser(t).newTab(t)
-	page.open(d.url)
+	page := openDashboard(t, env.cluster.UserConfig(devToken), ns)
 	page.waitBadge(ns, "prod", "Not paused")
 
 	pauseButton := card(ns, "prod") + ` button[data-action="pause"]`
